@@ -1,0 +1,38 @@
+# The two commands of the README's Quick start:
+#   make demo   set everything up (.venv/) and run the demo on the embedded log
+#   make test   set everything up and run the whole test suite (lint, types, layers, tests)
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup system demo test lint check bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+# System tools the interoperability tests use (kcat is librdkafka's command-line client).
+system:
+	bash scripts/install-system-deps.sh
+
+demo: setup
+	bash scripts/demo.sh
+
+lint: setup
+	$(BIN)/ruff check streamkit tests benchmarks apps
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+test: setup system lint
+	$(BIN)/pytest -q -p no:cacheprovider
+
+bench: setup
+	$(BIN)/python benchmarks/log_bench.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

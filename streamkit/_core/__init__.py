@@ -1,0 +1,1 @@
+"""Shared vocabulary: the leaf layer every other package may import; it imports nothing of ours."""

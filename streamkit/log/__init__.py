@@ -1,0 +1,5 @@
+"""The commit log: topics of partitions, each an append-only sequence of record batches.
+
+This package imports only ``streamkit._core``; everything above it reaches a log through
+``streamkit.transport`` (or, for the wire server, lives inside ``log/server``).
+"""

@@ -1,0 +1,386 @@
+"""A data directory: its topics and partitions, their configs, the directory lock, upkeep.
+
+Layout::
+
+    <data>/.lock                       held (flock) by the one process that writes here
+    <data>/.clean_shutdown             present only while no process has the directory open
+    <data>/.meta/topics/<topic>.json   partition count and config of each topic
+    <data>/<topic>-<partition>/        a partition's segments (see partition.py, segment.py)
+    <data>/__consumer_offsets-0/       committed group offsets (see offsets.py)
+
+Only one process opens a data directory for writing; a second gets ``DataDirLockedError``.
+A topic's metadata file is written before its partition directories and removed before
+they are, so a crash never leaves a visible topic without its partitions. Background upkeep
+(a daemon thread) flushes per ``flush.ms``, applies retention and compacts; it only ever
+takes a partition's lock for short, bounded steps, so appends are not stalled.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+import shutil
+import threading
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+import msgspec
+
+from streamkit._core.clock import SYSTEM_CLOCK, Clock
+from streamkit._core.types import TopicPartition
+from streamkit.log import compaction
+from streamkit.log.config import TopicConfig
+from streamkit.log.errors import (
+    DataDirLockedError,
+    InvalidTopicError,
+    LogClosedError,
+    TopicExistsError,
+    UnknownTopicError,
+)
+from streamkit.log.offsets import OFFSETS_TOPIC, GroupOffsets
+from streamkit.log.partition import AppendListener, Partition, fsync_dir
+from streamkit.log.segment import RecoveryReport
+
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_CLEAN_SHUTDOWN = ".clean_shutdown"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+logger = logging.getLogger(__name__)
+
+
+class _TopicMeta(msgspec.Struct):
+    name: str
+    partitions: int
+    config: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    name: str
+    partitions: int
+    config: TopicConfig
+    internal: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition: int
+    log_start_offset: int
+    high_watermark: int
+    size_bytes: int
+    segments: int
+
+
+def validate_topic_name(name: str) -> None:
+    if not _LEGAL_TOPIC.match(name) or name in (".", ".."):
+        raise InvalidTopicError(
+            f"invalid topic name {name!r}: use 1-249 characters of a-z, A-Z, 0-9, '.', '_', '-'"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class UpkeepReport:
+    flushed: int
+    segments_deleted: int
+    segments_compacted: int
+
+
+class LogManager:
+    """Opens a data directory and owns every partition in it.
+
+    >>> import tempfile
+    >>> from streamkit.log.records import NewRecord
+    >>> with LogManager(tempfile.mkdtemp(), background=False) as log:
+    ...     _ = log.create_topic("greetings", partitions=2)
+    ...     log.partition("greetings", 0).append_records([NewRecord(b"k", b"hello", 0)]).base_offset
+    0
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        *,
+        defaults: TopicConfig | None = None,
+        default_partitions: int = 1,
+        clock: Clock = SYSTEM_CLOCK,
+        background: bool = True,
+        upkeep_interval_ms: int = 200,
+        retention_check_interval_ms: int = 30_000,
+        compaction_interval_ms: int = 15_000,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.defaults = defaults or TopicConfig()
+        self.default_partitions = default_partitions
+        self.clock = clock
+        self._background = background
+        self._upkeep_interval_ms = upkeep_interval_ms
+        self._retention_interval_ms = retention_check_interval_ms
+        self._compaction_interval_ms = compaction_interval_ms
+        self._topics: dict[str, _TopicMeta] = {}
+        self._configs: dict[str, TopicConfig] = {}
+        self._partitions: dict[TopicPartition, Partition] = {}
+        self._lock = threading.RLock()
+        self._listeners: list[AppendListener] = []
+        self._lock_fd = -1
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._offsets: GroupOffsets | None = None
+        self.recovery_reports: list[RecoveryReport] = []
+        self.clean_shutdown = False
+        self._open = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def open(self) -> LogManager:
+        if self._open:
+            return self
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._acquire_lock()
+        try:
+            marker = self.data_dir / _CLEAN_SHUTDOWN
+            self.clean_shutdown = marker.exists()
+            for entry in self.data_dir.iterdir():
+                if entry.name.endswith("-delete") and entry.is_dir():
+                    shutil.rmtree(entry, ignore_errors=True)
+            meta_dir = self.data_dir / ".meta" / "topics"
+            meta_dir.mkdir(parents=True, exist_ok=True)
+            for path in sorted(meta_dir.glob("*.json")):
+                meta = msgspec.json.decode(path.read_bytes(), type=_TopicMeta)
+                self._load_topic(meta)
+            if OFFSETS_TOPIC not in self._topics:
+                self._create(OFFSETS_TOPIC, 1, {"cleanup.policy": "compact", "flush.ms": "0"})
+            self._offsets = GroupOffsets(self.partition(OFFSETS_TOPIC, 0), self.clock)
+            # From here on the directory is in use: a crash must be seen as unclean.
+            marker.unlink(missing_ok=True)
+            fsync_dir(self.data_dir)
+        except BaseException:
+            self._release_lock()
+            raise
+        self._open = True
+        if self._background:
+            self._thread = threading.Thread(target=self._upkeep_loop, name="streamkit-log-upkeep", daemon=True)
+            self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Flush and close every partition, mark the shutdown clean and release the lock."""
+        if not self._open:
+            return
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        with self._lock:
+            for partition in self._partitions.values():
+                partition.close()
+            (self.data_dir / _CLEAN_SHUTDOWN).write_bytes(b"")
+            fsync_dir(self.data_dir)
+            self._open = False
+        self._release_lock()
+
+    def __enter__(self) -> LogManager:
+        return self.open()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def _acquire_lock(self) -> None:
+        path = self.data_dir / ".lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise DataDirLockedError(
+                f"data directory {self.data_dir} is in use by another process (pid {owner})"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def _release_lock(self) -> None:
+        if self._lock_fd >= 0:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def _check_open(self) -> None:
+        if not self._open:
+            raise LogClosedError(f"the log in {self.data_dir} is not open")
+
+    # -- topics ----------------------------------------------------------------------------
+
+    def _load_topic(self, meta: _TopicMeta) -> None:
+        config = TopicConfig.from_kafka(meta.config, base=self.defaults)
+        self._topics[meta.name] = meta
+        self._configs[meta.name] = config
+        for p in range(meta.partitions):
+            self._open_partition(meta.name, p, config)
+
+    def _open_partition(self, topic: str, p: int, config: TopicConfig) -> None:
+        tp = TopicPartition(topic, p)
+        partition = Partition(self.data_dir / f"{topic}-{p}", tp, config, self.clock)
+        self.recovery_reports.extend(partition.open(clean_shutdown=self.clean_shutdown))
+        partition.listeners.extend(self._listeners)
+        self._partitions[tp] = partition
+
+    def create_topic(
+        self, name: str, partitions: int | None = None, config: Mapping[str, str] | None = None
+    ) -> TopicDescription:
+        """Create a topic; ``config`` holds Kafka topic configs (``{"retention.ms": "1000"}``)."""
+        self._check_open()
+        validate_topic_name(name)
+        if name.startswith("__"):
+            raise InvalidTopicError(f"topic names starting with '__' are reserved: {name!r}")
+        return self._create(name, self.default_partitions if partitions is None else partitions, config or {})
+
+    def _create(self, name: str, partitions: int, config: Mapping[str, str]) -> TopicDescription:
+        if partitions < 1 or partitions > 10_000:
+            raise InvalidTopicError(f"a topic needs 1 to 10000 partitions, not {partitions}")
+        parsed = TopicConfig.from_kafka(config, base=self.defaults)
+        with self._lock:
+            if name in self._topics:
+                raise TopicExistsError(f"topic {name!r} already exists")
+            meta = _TopicMeta(name, partitions, dict(config))
+            self._write_meta(meta)
+            self._topics[name] = meta
+            self._configs[name] = parsed
+            for p in range(partitions):
+                self._open_partition(name, p, parsed)
+            fsync_dir(self.data_dir)
+        return self.describe_topic(name)
+
+    def _write_meta(self, meta: _TopicMeta) -> None:
+        path = self.data_dir / ".meta" / "topics" / f"{meta.name}.json"
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "wb") as f:
+            f.write(msgspec.json.encode(meta))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+
+    def delete_topic(self, name: str) -> None:
+        self._check_open()
+        if name in INTERNAL_TOPICS:
+            raise InvalidTopicError(f"internal topic {name!r} cannot be deleted")
+        with self._lock:
+            meta = self._topics.pop(name, None)
+            if meta is None:
+                raise UnknownTopicError(f"unknown topic {name!r}")
+            self._configs.pop(name, None)
+            (self.data_dir / ".meta" / "topics" / f"{name}.json").unlink()
+            fsync_dir(self.data_dir / ".meta" / "topics")
+            for p in range(meta.partitions):
+                partition = self._partitions.pop(TopicPartition(name, p))
+                partition.close()
+                doomed = self.data_dir / f"{name}-{p}.{uuid.uuid4().hex}-delete"
+                os.replace(partition.directory, doomed)
+                shutil.rmtree(doomed, ignore_errors=True)
+        self.offsets.forget_topic(name)
+
+    def alter_topic_config(self, name: str, changes: Mapping[str, str]) -> TopicDescription:
+        """Set topic configs (Kafka names); other settings keep their values."""
+        self._check_open()
+        with self._lock:
+            meta = self._topics.get(name)
+            if meta is None:
+                raise UnknownTopicError(f"unknown topic {name!r}")
+            merged = {**meta.config, **changes}
+            config = TopicConfig.from_kafka(merged, base=self.defaults)
+            meta = _TopicMeta(name, meta.partitions, merged)
+            self._write_meta(meta)
+            self._topics[name] = meta
+            self._configs[name] = config
+            for p in range(meta.partitions):
+                self._partitions[TopicPartition(name, p)].update_config(config)
+        return self.describe_topic(name)
+
+    def has_topic(self, name: str) -> bool:
+        return name in self._topics
+
+    def list_topics(self, *, include_internal: bool = False) -> list[str]:
+        return sorted(t for t in self._topics if include_internal or t not in INTERNAL_TOPICS)
+
+    def describe_topic(self, name: str) -> TopicDescription:
+        meta = self._topics.get(name)
+        if meta is None:
+            raise UnknownTopicError(f"unknown topic {name!r}")
+        return TopicDescription(name, meta.partitions, self._configs[name], name in INTERNAL_TOPICS)
+
+    def partition_infos(self, name: str) -> list[PartitionInfo]:
+        desc = self.describe_topic(name)
+        out = []
+        for p in range(desc.partitions):
+            part = self.partition(name, p)
+            out.append(
+                PartitionInfo(p, part.log_start_offset, part.high_watermark, part.size_bytes, len(part.segments))
+            )
+        return out
+
+    def partition(self, topic: str, partition: int) -> Partition:
+        try:
+            return self._partitions[TopicPartition(topic, partition)]
+        except KeyError:
+            if topic in self._topics:
+                raise UnknownTopicError(f"topic {topic!r} has no partition {partition}") from None
+            raise UnknownTopicError(f"unknown topic {topic!r}") from None
+
+    def partitions(self, topic: str) -> list[Partition]:
+        desc = self.describe_topic(topic)
+        return [self._partitions[TopicPartition(topic, p)] for p in range(desc.partitions)]
+
+    @property
+    def offsets(self) -> GroupOffsets:
+        if self._offsets is None:
+            raise LogClosedError(f"the log in {self.data_dir} is not open")
+        return self._offsets
+
+    def add_append_listener(self, listener: AppendListener) -> None:
+        """Call ``listener(tp, high_watermark)`` after every append (from the appending thread)."""
+        with self._lock:
+            self._listeners.append(listener)
+            for partition in self._partitions.values():
+                partition.listeners.append(listener)
+
+    # -- upkeep ----------------------------------------------------------------------------
+
+    def run_upkeep(
+        self, *, flush: bool = True, retention: bool = True, compact: bool = True, force_compaction: bool = False
+    ) -> UpkeepReport:
+        """One round of upkeep now (the background thread calls this on its schedule)."""
+        now = self.clock.now_ms()
+        flushed = deleted = compacted = 0
+        for partition in list(self._partitions.values()):
+            if flush and partition.maybe_flush():
+                flushed += 1
+            if retention:
+                deleted += partition.apply_retention(now)
+            if compact and partition.config.compact:
+                report = compaction.compact(partition, now, force=force_compaction)
+                if report is not None:
+                    compacted += report.segments_cleaned
+        return UpkeepReport(flushed, deleted, compacted)
+
+    def _upkeep_loop(self) -> None:
+        last_retention = last_compaction = self.clock.monotonic_ms()
+        while not self._stop.wait(self._upkeep_interval_ms / 1000):
+            now = self.clock.monotonic_ms()
+            do_retention = now - last_retention >= self._retention_interval_ms
+            do_compaction = now - last_compaction >= self._compaction_interval_ms
+            if do_retention:
+                last_retention = now
+            if do_compaction:
+                last_compaction = now
+            try:
+                self.run_upkeep(retention=do_retention, compact=do_compaction)
+            except Exception:
+                # Upkeep must outlive one bad partition; the next round tries again.
+                logger.exception("log upkeep failed in %s", self.data_dir)

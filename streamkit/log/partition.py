@@ -1,0 +1,312 @@
+"""A partition: an ordered list of segments, the last one active.
+
+Invariants:
+
+* offsets are assigned here, densely, in append order: a batch of n records appended at log
+  end offset L gets offsets L..L+n-1 and the log end offset becomes L+n;
+* ``log_start_offset <= high_watermark``; the log start only moves forward (retention), the
+  high watermark only moves forward (appends);
+* a single node has no replicas, so the high watermark is the log end offset: everything
+  appended is visible to readers once ``append`` returns;
+* appends and segment-list changes hold ``_lock``; readers take a snapshot of the segment list
+  and never block writers.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import re
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from streamkit._core.clock import Clock
+from streamkit._core.types import TopicPartition
+from streamkit.log.config import TopicConfig
+from streamkit.log.errors import LogClosedError, OffsetOutOfRangeError, RecordTooLargeError
+from streamkit.log.records import (
+    BatchHeader,
+    NewRecord,
+    build_batch,
+    check_batch,
+    decode_records,
+    iter_batches,
+)
+from streamkit.log.retention import SegmentSummary, plan_retention
+from streamkit.log.segment import RecoveryReport, Segment
+
+_LOG_FILE = re.compile(r"^(\d{20})\.log$")
+_MAX_RELATIVE_OFFSET = 2**31 - 1
+DEFAULT_MAX_READ_BYTES = 1024 * 1024
+
+AppendListener = Callable[[TopicPartition, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    base_offset: int
+    last_offset: int
+    log_append_time_ms: int
+    log_start_offset: int
+
+
+class Partition:
+    """One partition directory ``<data>/<topic>-<partition>/``."""
+
+    def __init__(
+        self, directory: Path, tp: TopicPartition, config: TopicConfig, clock: Clock
+    ) -> None:
+        self.directory = directory
+        self.tp = tp
+        self.config = config
+        self.clock = clock
+        self._segments: list[Segment] = []
+        self._bases: list[int] = []
+        self._lock = threading.RLock()
+        self._unflushed_records = 0
+        self._last_flush_ms = clock.monotonic_ms()
+        self._closed = False
+        self.listeners: list[AppendListener] = []
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def open(self, *, clean_shutdown: bool) -> list[RecoveryReport]:
+        """Load the segments; recover the active one unless the last shutdown was clean."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        reports: list[RecoveryReport] = []
+        bases: list[int] = []
+        for entry in os.listdir(self.directory):
+            if entry.endswith((".cleaned", ".tmp", ".deleted")):
+                (self.directory / entry).unlink()
+                continue
+            m = _LOG_FILE.match(entry)
+            if m:
+                bases.append(int(m.group(1)))
+        bases.sort()
+        for base in set(_index_bases(self.directory)) - set(bases):
+            for suffix in (".index", ".timeindex"):
+                (self.directory / f"{base:020d}{suffix}").unlink(missing_ok=True)
+        segments: list[Segment] = []
+        for i, base in enumerate(bases):
+            last = i == len(bases) - 1
+            seg, report = Segment.open(
+                self.directory,
+                base,
+                self.config.index_interval_bytes,
+                recover=last and not clean_shutdown,
+            )
+            if report is not None:
+                reports.append(report)
+            segments.append(seg)
+        if not segments:
+            segments.append(Segment.create(self.directory, 0, self.config.index_interval_bytes))
+        self._set_segments(segments)
+        return reports
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            for seg in self._segments:
+                seg.close()
+            self._closed = True
+
+    def _set_segments(self, segments: list[Segment]) -> None:
+        # Replaced, never mutated in place, so readers can iterate a snapshot.
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+
+    # -- offsets ---------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._segments[0].base_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._segments[-1].next_offset
+
+    log_end_offset = high_watermark
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def segments(self) -> Sequence[Segment]:
+        return self._segments
+
+    # -- append ----------------------------------------------------------------------------
+
+    def append(self, data: bytes, *, verify_crc: bool = True) -> AppendResult:
+        """Check one batch, give it the next offsets and append it."""
+        header = check_batch(data, verify_crc=verify_crc)
+        return self.append_checked(header, data)
+
+    def append_checked(self, header: BatchHeader, data: bytes) -> AppendResult:
+        """Append a batch ``check_batch`` has already passed."""
+        if len(data) > self.config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"batch of {len(data)} bytes exceeds max.message.bytes={self.config.max_message_bytes} of {self.tp}"
+            )
+        with self._lock:
+            if self._closed:
+                raise LogClosedError(f"partition {self.tp} is closed")
+            active = self._segments[-1]
+            base = active.next_offset
+            if self._should_roll(active, header, len(data), base):
+                active = self._roll(base)
+            active.append(header, data, base)
+            self._unflushed_records += header.last_offset_delta + 1
+            if self.config.flush_messages and self._unflushed_records >= self.config.flush_messages:
+                self._flush_locked()
+            result = AppendResult(base, base + header.last_offset_delta, -1, self.log_start_offset)
+        for listener in self.listeners:
+            listener(self.tp, result.last_offset + 1)
+        return result
+
+    def append_records(self, records: Sequence[NewRecord], *, compression_codec: int = 0) -> AppendResult:
+        """Encode ``records`` as one batch and append it (tools, tests, internal topics)."""
+        data = build_batch(records, compression_codec=compression_codec)
+        return self.append(data, verify_crc=False)
+
+    def _should_roll(self, active: Segment, header: BatchHeader, size: int, base: int) -> bool:
+        if active.is_empty:
+            return False
+        if active.size + size > self.config.segment_bytes:
+            return True
+        if header.max_timestamp - active.first_batch_timestamp > self.config.segment_ms:
+            return True
+        return base + header.last_offset_delta - active.base_offset > _MAX_RELATIVE_OFFSET
+
+    def _roll(self, base_offset: int) -> Segment:
+        self._segments[-1].seal()
+        self._unflushed_records = 0
+        seg = Segment.create(self.directory, base_offset, self.config.index_interval_bytes)
+        fsync_dir(self.directory)
+        self._set_segments([*self._segments, seg])
+        return seg
+
+    # -- durability ------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        with self._lock:
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        if self._closed:
+            return
+        self._segments[-1].flush(fsync=True)
+        self._unflushed_records = 0
+        self._last_flush_ms = self.clock.monotonic_ms()
+
+    def maybe_flush(self) -> bool:
+        """Flush when ``flush.ms`` has passed since the last flush and data is waiting."""
+        if not self.config.flush_ms or not self._unflushed_records:
+            return False
+        if self.clock.monotonic_ms() - self._last_flush_ms < self.config.flush_ms:
+            return False
+        self.flush()
+        return True
+
+    # -- read ------------------------------------------------------------------------------
+
+    def read(
+        self, offset: int, max_bytes: int = DEFAULT_MAX_READ_BYTES, *, max_offset: int | None = None
+    ) -> bytes:
+        """Whole batches from the one holding ``offset``, at most ``max_bytes`` but at least one.
+
+        ``max_offset`` (exclusive) caps what is returned, for read_committed fetches.
+        Raises ``OffsetOutOfRangeError`` outside [log_start_offset, high_watermark].
+        """
+        segments = self._segments
+        bases = self._bases
+        hw = segments[-1].next_offset
+        start = segments[0].base_offset
+        if offset < start or offset > hw:
+            raise OffsetOutOfRangeError(offset, start, hw)
+        limit = hw if max_offset is None else min(max_offset, hw)
+        if offset >= limit:
+            return b""
+        i = max(0, bisect.bisect_right(bases, offset) - 1)
+        for seg in segments[i:]:
+            data = seg.read(offset, max_bytes)
+            if data:
+                if max_offset is not None:
+                    data = _cap_at(data, limit)
+                return data
+        return b""
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= ``timestamp``."""
+        for seg in self._segments:
+            if seg.max_timestamp < timestamp:
+                continue
+            start_offset = seg.time_index.lookup(timestamp) + 1
+            found = seg.find_position(start_offset)
+            if found is None:
+                continue
+            for _pos, header, view in seg.batches(found[0]):
+                if header.max_timestamp < timestamp or header.is_control:
+                    continue
+                for record in decode_records(header, view):
+                    if record.timestamp >= timestamp:
+                        return record.offset, record.timestamp
+        return None
+
+    # -- retention -------------------------------------------------------------------------
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete the segments retention allows; returns how many went."""
+        with self._lock:
+            summaries = [
+                SegmentSummary(s.base_offset, s.size, s.max_timestamp) for s in self._segments
+            ]
+            n = plan_retention(summaries, self.config, now_ms)
+            if not n:
+                return 0
+            doomed = self._segments[:n]
+            self._set_segments(self._segments[n:])
+        for seg in doomed:
+            seg.delete()
+        return n
+
+    def replace_segment(self, old: Segment, install: Callable[[], Segment]) -> bool:
+        """Swap in a rewritten copy of ``old`` (the compactor); False if ``old`` is gone."""
+        with self._lock:
+            if self._closed or old not in self._segments[:-1]:
+                return False
+            new = install()
+            self._set_segments([new if s is old else s for s in self._segments])
+            return True
+
+    def update_config(self, config: TopicConfig) -> None:
+        self.config = config
+
+
+def _cap_at(data: bytes, limit: int) -> bytes:
+    end = 0
+    for pos, header in iter_batches(data):
+        if header.base_offset >= limit:
+            break
+        end = pos + header.size
+    return data[:end]
+
+
+def _index_bases(directory: Path) -> list[int]:
+    out = []
+    for entry in os.listdir(directory):
+        stem, _, suffix = entry.partition(".")
+        if suffix in ("index", "timeindex") and stem.isdigit():
+            out.append(int(stem))
+    return out
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
