@@ -1,11 +1,35 @@
 """streamkit: Kafka's stream-processing model for Python.
 
+    >>> import streamkit as sk
+    >>> app = sk.App("hello")
+    >>> sorted(n for n in sk.__all__ if n[0].isupper())[:4]
+    ['Agent', 'App', 'ConfigError', 'Event']
+
 Importing this package stays cheap: it loads no RocksDB, Spark or Kafka client.
 """
 
-from streamkit._core.errors import StreamkitError
+from streamkit._core.errors import ConfigError, StreamkitError
+from streamkit._core.record import Record
+from streamkit._core.serde import Serde, SerdeError
 from streamkit._core.types import TopicPartition
+from streamkit.agents import Agent
+from streamkit.app import App
+from streamkit.streams import Event, Stream
+from streamkit.topics import Topic
 
-__all__ = ["StreamkitError", "TopicPartition", "__version__"]
+__all__ = [
+    "Agent",
+    "App",
+    "ConfigError",
+    "Event",
+    "Record",
+    "Serde",
+    "SerdeError",
+    "Stream",
+    "StreamkitError",
+    "Topic",
+    "TopicPartition",
+    "__version__",
+]
 
 __version__ = "0.1.0"

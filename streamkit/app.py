@@ -1,0 +1,130 @@
+"""``App``: the registry of an application's topics, agents, timers and tasks.
+
+An app only declares; a ``Worker`` (``streamkit worker -A module:app``, or
+``streamkit.testing``) runs it. Declaring needs no broker: topics are created when a worker
+starts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from streamkit._core.errors import ConfigError
+from streamkit.agents import Agent, AgentFn, Sink
+from streamkit.topics import Sender, Topic, to_ms
+
+_APP_ID = re.compile(r"^[a-zA-Z0-9._-]{1,200}$")
+ERROR_POLICIES = ("dlq", "stop")
+
+
+@dataclass(frozen=True, slots=True)
+class Timer:
+    fn: Callable[[], Awaitable[Any]]
+    interval_ms: int
+    name: str
+
+
+class App:
+    """A stream-processing application.
+
+    >>> import streamkit as sk
+    >>> app = sk.App("shop", broker="file://./data")
+    >>> orders = app.topic("orders", value_type=dict)
+    >>> @app.agent(orders)
+    ... async def count(stream):
+    ...     async for order in stream:
+    ...         pass
+    >>> [a.name for a in app.agents.values()], app.dlq_topic.name
+    (['count'], 'shop-dlq')
+    """
+
+    def __init__(
+        self,
+        id: str,
+        *,
+        broker: str = "file://.streamkit",
+        on_error: str = "dlq",
+        commit_interval: float = 1.0,
+        auto_offset_reset: str = "earliest",
+        topic_partitions: int = 1,
+    ) -> None:
+        if not _APP_ID.match(id):
+            raise ConfigError(f"app id {id!r} must be 1-200 characters of a-z, A-Z, 0-9, '.', '_', '-'")
+        if on_error not in ERROR_POLICIES:
+            raise ConfigError(f"on_error must be one of {ERROR_POLICIES}, not {on_error!r}")
+        if auto_offset_reset not in ("earliest", "latest"):
+            raise ConfigError("auto_offset_reset must be 'earliest' or 'latest'")
+        self.id = id
+        self.broker = broker
+        self.on_error = on_error
+        self.commit_interval_ms = to_ms(commit_interval, "commit_interval") or 1000
+        self.auto_offset_reset = auto_offset_reset
+        self.topic_partitions = topic_partitions
+        self.topics: dict[str, Topic] = {}
+        self.agents: dict[str, Agent] = {}
+        self.timers: list[Timer] = []
+        self.tasks: list[Callable[[], Awaitable[Any]]] = []
+        self.sender: Sender | None = None
+        self.dlq_topic = self.topic(f"{id}-dlq", internal=True)
+
+    def __repr__(self) -> str:
+        return f"<App {self.id!r} broker={self.broker!r}>"
+
+    def topic(self, name: str, **options: Any) -> Topic:
+        """Declare a topic (see ``Topic`` for the options); declaring twice returns the first."""
+        existing = self.topics.get(name)
+        if existing is not None:
+            if options and options.get("value_type", existing.value_type) is not existing.value_type:
+                raise ConfigError(f"topic {name!r} is already declared with another value type")
+            return existing
+        topic = Topic(self, name, **options)
+        self.topics[name] = topic
+        return topic
+
+    def agent(
+        self,
+        topic: Topic | Sequence[Topic] | str | None = None,
+        *,
+        name: str | None = None,
+        sink: Sequence[Sink] | None = None,
+        concurrency: int = 1,
+    ) -> Callable[[AgentFn], Agent]:
+        """Decorate an async function over a stream of ``topic`` (or several, merged)."""
+
+        def register(fn: AgentFn) -> Agent:
+            agent_name = name or fn.__name__
+            if agent_name in self.agents:
+                raise ConfigError(f"an agent named {agent_name!r} is already declared")
+            if topic is None:
+                topics = [self.topic(f"{self.id}-{agent_name}")]
+            elif isinstance(topic, (Topic, str)):
+                topics = [self.topic(topic) if isinstance(topic, str) else topic]
+            else:
+                topics = [self.topic(t) if isinstance(t, str) else t for t in topic]
+            if not topics:
+                raise ConfigError(f"agent {agent_name!r} needs at least one topic")
+            agent = Agent(self, fn, topics, name=agent_name, sinks=sink or (), concurrency=concurrency)
+            self.agents[agent_name] = agent
+            return agent
+
+        return register
+
+    def timer(self, interval: float) -> Callable[[Callable[[], Awaitable[Any]]], Callable[[], Awaitable[Any]]]:
+        """Run an async function every ``interval`` seconds while a worker runs."""
+        interval_ms = to_ms(interval, "timer interval")
+        if not interval_ms:
+            raise ConfigError("a timer needs an interval above 0 seconds")
+
+        def register(fn: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[Any]]:
+            self.timers.append(Timer(fn, interval_ms, fn.__name__))
+            return fn
+
+        return register
+
+    def task(self, fn: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[Any]]:
+        """Run an async function once when a worker starts."""
+        self.tasks.append(fn)
+        return fn

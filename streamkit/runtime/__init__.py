@@ -1,0 +1,5 @@
+"""The only place that wires everything: worker, partition tasks, commits, rebalances, errors."""
+
+from streamkit.runtime.worker import Worker
+
+__all__ = ["Worker"]

@@ -1,0 +1,102 @@
+"""The runtime's ``Sender``: serialize, choose the partition, produce.
+
+Partitioning follows Kafka's clients: a keyed record goes to ``murmur2(key bytes) % n``; an
+unkeyed one to a sticky partition that changes every ``STICKY_BATCH`` records, so unkeyed
+output still forms large batches. Without an explicit timestamp a record takes the timestamp
+of the event being processed (event time flows downstream), else the clock's time.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from streamkit._core.clock import Clock
+from streamkit._core.errors import ConfigError
+from streamkit._core.partitioner import partition_for_key
+from streamkit.runtime.inbox import current_event
+from streamkit.topics import Headers, Sent, Topic
+from streamkit.transport.base import Header, Producer
+
+STICKY_BATCH = 1000
+_KEY_CACHE_LIMIT = 100_000
+
+
+def normalize_headers(headers: Headers | None) -> Sequence[Header]:
+    if not headers:
+        return ()
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    out: list[Header] = []
+    for name, value in items:
+        if isinstance(value, str):
+            out.append((name, value.encode()))
+        else:
+            out.append((name, value))
+    return out
+
+
+class RuntimeSender:
+    def __init__(
+        self,
+        producer: Producer,
+        clock: Clock,
+        partition_count: Callable[[Topic], Awaitable[int]],
+    ) -> None:
+        self._producer = producer
+        self._clock = clock
+        self._partition_count = partition_count
+        self._counts: dict[str, int] = {}
+        self._key_partitions: dict[tuple[bytes, int], int] = {}
+        self._sticky: dict[str, list[int]] = {}
+
+    def known_partitions(self, topic: str, count: int) -> None:
+        self._counts[topic] = count
+
+    async def send(
+        self,
+        topic: Topic,
+        *,
+        key: Any,
+        value: Any,
+        headers: Headers | None,
+        timestamp_ms: int | None,
+        partition: int | None,
+    ) -> Awaitable[Sent]:
+        key_bytes = topic.key_serde.dumps(key)
+        value_bytes = topic.value_serde.dumps(value)
+        count = self._counts.get(topic.name)
+        if count is None:
+            count = self._counts[topic.name] = await self._partition_count(topic)
+        if partition is None:
+            partition = self._choose(topic.name, key_bytes, count)
+        elif not 0 <= partition < count:
+            raise ConfigError(f"topic {topic.name!r} has no partition {partition} (it has {count})")
+        if timestamp_ms is None:
+            event = current_event.get()
+            timestamp_ms = event.timestamp if event is not None else self._clock.now_ms()
+        return await self._producer.send(
+            topic.name,
+            key_bytes,
+            value_bytes,
+            partition=partition,
+            headers=normalize_headers(headers) if headers else (),
+            timestamp_ms=timestamp_ms,
+        )
+
+    def _choose(self, topic: str, key: bytes | None, count: int) -> int:
+        if count == 1:
+            return 0
+        if key is None:
+            sticky = self._sticky.get(topic)
+            if sticky is None or sticky[1] >= STICKY_BATCH:
+                sticky = self._sticky[topic] = [random.randrange(count), 0]
+            sticky[1] += 1
+            return sticky[0]
+        cache_key = (key, count)
+        found = self._key_partitions.get(cache_key)
+        if found is None:
+            if len(self._key_partitions) >= _KEY_CACHE_LIMIT:
+                self._key_partitions.clear()
+            found = self._key_partitions[cache_key] = partition_for_key(key, count)
+        return found

@@ -1,0 +1,198 @@
+"""A partition task: one agent over partition p of its inputs, and its supervisor.
+
+The task owns the inboxes of every assigned input partition numbered p (the agent's topics,
+merged, and its repartition/through topics), runs ``concurrency`` instances of the agent and,
+for each ``group_by``/``through`` an instance uses, a pump that forwards the upstream chain to
+that topic.
+
+The supervisor is the one place with a broad ``except``: when an instance raises, the records
+it holds (handed out, not finished) go to the dead-letter topic with the error, and the
+instance starts again on the next record; with ``on_error="stop"`` the worker stops instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from streamkit._core.types import TopicPartition
+from streamkit.agents import Agent
+from streamkit.runtime.inbox import Inbox, RootSource
+from streamkit.streams import KeyFn, Source, Stream, StreamEnd
+from streamkit.topics import Topic
+from streamkit.transport.base import ConsumerRecord
+
+if TYPE_CHECKING:
+    from streamkit.runtime.worker import Worker
+
+logger = logging.getLogger(__name__)
+STOP_GRACE_S = 0.5
+
+
+class PartitionTask:
+    def __init__(self, worker: Worker, agent: Agent, partition: int) -> None:
+        self.worker = worker
+        self.agent = agent
+        self.partition = partition
+        self.wakeup = asyncio.Event()
+        self.inboxes: dict[TopicPartition, Inbox] = {}
+        self._stopping = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._sources: list[RootSource] = []
+        # Per instance: the sources its group_by/through hops read, in the order the agent
+        # opened them, and how many the current run has opened. A restarted instance gets its
+        # hops back instead of new pumps, so no record a pump holds is dropped or duplicated.
+        self._hops: dict[int, list[Source]] = {}
+        self._hop_cursor: dict[int, int] = {}
+
+    def __repr__(self) -> str:
+        return f"<PartitionTask {self.agent.name}[{self.partition}]>"
+
+    def add_inbox(self, tp: TopicPartition, topic: Topic) -> Inbox:
+        inbox = Inbox(tp, topic, self.wakeup)
+        self.inboxes[tp] = inbox
+        return inbox
+
+    def is_stopping(self) -> bool:
+        return self._stopping
+
+    def start(self) -> None:
+        for i in range(self.agent.concurrency):
+            self._spawn(self._supervise(i), f"{self.agent.name}[{self.partition}]#{i}")
+
+    def _spawn(self, coro: Awaitable[None], name: str) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def stop(self) -> None:
+        """Let the instances finish the record in hand (briefly), then cancel them."""
+        self._stopping = True
+        self.wakeup.set()
+        tasks = list(self._tasks)
+        if tasks:
+            _done, pending = await asyncio.wait(tasks, timeout=STOP_GRACE_S)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+        for source in self._sources:
+            source.detach()
+        self._sources.clear()
+
+    def commit_positions(self) -> dict[TopicPartition, int]:
+        out = {}
+        for tp, inbox in self.inboxes.items():
+            position = inbox.commit_position()
+            if position is not None:
+                out[tp] = position
+        return out
+
+    # -- sources ---------------------------------------------------------------------------
+
+    def _source(self, instance: int, tps: list[TopicPartition]) -> RootSource:
+        source = RootSource(
+            [self.inboxes[tp] for tp in tps if tp in self.inboxes],
+            self.wakeup,
+            self.is_stopping,
+            self._dead_letter,
+            functools.partial(self._open_through, instance),
+        )
+        self._sources.append(source)
+        return source
+
+    async def _dead_letter(self, tp: TopicPartition, record: ConsumerRecord, error: BaseException) -> None:
+        await self.worker.dead_letter(self.agent, tp, record, error)
+
+    def _open_through(
+        self, instance: int, upstream: Stream, topic: Topic | None, key: KeyFn | None, name: str
+    ) -> Source:
+        hops = self._hops.setdefault(instance, [])
+        cursor = self._hop_cursor.get(instance, 0)
+        self._hop_cursor[instance] = cursor + 1
+        if cursor < len(hops):
+            return hops[cursor]
+        target = self.worker.hop_topic(self.agent, topic, name)
+        self._spawn(self._pump(upstream, target, key), f"{self.agent.name}[{self.partition}]>{target.name}")
+        source = self._source(instance, [TopicPartition(target.name, self.partition)])
+        hops.append(source)
+        return source
+
+    async def _pump(self, upstream: Stream, target: Topic, key: KeyFn | None) -> None:
+        """Forward upstream events to ``target``; same partition number when not re-keyed."""
+        source = upstream._source
+        get = upstream._get
+        same_partition = key is None and self.worker.partition_count_of(target) == self.worker.partition_count_of(
+            self.agent.topics[0]
+        )
+        while True:
+            source.ack()
+            try:
+                event = await get(None)
+            except StreamEnd:
+                return
+            except Exception as exc:
+                if not await self._handle_failure(source, exc):
+                    return
+                continue
+            assert event is not None
+            try:
+                new_key = event.key if key is None else key(event.value)
+                await target.send(
+                    key=new_key,
+                    value=event.value,
+                    headers=event.headers,
+                    timestamp=event.timestamp,
+                    partition=self.partition if same_partition else None,
+                )
+            except Exception as exc:
+                if not await self._handle_failure(source, exc):
+                    return
+
+    # -- supervision -----------------------------------------------------------------------
+
+    async def _supervise(self, instance: int) -> None:
+        agent = self.agent
+        input_tps = [TopicPartition(t.name, self.partition) for t in agent.topics]
+        source = self._source(instance, input_tps)
+        while not self._stopping:
+            self._hop_cursor[instance] = 0
+            try:
+                await self._run_agent(Stream(source))
+                return
+            except Exception as exc:
+                # The agent's body reads the last hop it opened (or the root): the record in
+                # its hands is pending there. Records pumps hold are the pumps' business.
+                hops = self._hops.get(instance)
+                culprit = hops[-1] if hops else source
+                if not await self._handle_failure(culprit, exc):
+                    return
+
+    async def _handle_failure(self, source: Source, exc: BaseException) -> bool:
+        """Apply the error policy; True to go on with the next record."""
+        agent = self.agent
+        if agent.app.on_error == "stop":
+            logger.error("agent %s failed, stopping the worker: %r", agent.name, exc)
+            self.worker.fail(exc)
+            return False
+        held = source.pending if isinstance(source, RootSource) else []
+        if not held:
+            logger.error("agent %s failed outside a record: %r", agent.name, exc, exc_info=exc)
+        for inbox, record in held:
+            await self.worker.dead_letter(agent, inbox.tp, record, exc)
+        source.ack()
+        return True
+
+    async def _run_agent(self, stream: Stream) -> None:
+        agent = self.agent
+        result: Any = agent(stream)
+        if not agent.is_generator:
+            await result
+            return
+        forward: Callable[[Agent, Any], Awaitable[None]] = self.worker.forward
+        async for value in result:
+            await forward(agent, value)

@@ -1,0 +1,371 @@
+"""``Worker``: runs an app against a log through a transport.
+
+Lifecycle: ``start`` opens the transport, probes the agents' topologies, creates the topics,
+subscribes one consumer (group = app id) to every input and starts the loops; ``stop`` (or
+SIGTERM/Ctrl-C in the CLI) stops the tasks, commits what was processed and closes.
+
+Commit protocol (at-least-once): every ``commit_interval`` the worker snapshots each input
+partition's commit position (see ``inbox.py``), *then* flushes the producer (so everything
+sent while processing records below those positions is acknowledged), *then* commits the
+snapshot. On revocation the same happens for the revoked partitions before they go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from streamkit._core.clock import SYSTEM_CLOCK, Clock
+from streamkit._core.types import TopicPartition
+from streamkit.agents import Agent
+from streamkit.app import App
+from streamkit.runtime.inbox import Inbox, current_event
+from streamkit.runtime.probe import Hop, discover
+from streamkit.runtime.sender import RuntimeSender
+from streamkit.runtime.tasks import PartitionTask
+from streamkit.runtime.timers import TimerRunner
+from streamkit.topics import Topic
+from streamkit.transport.base import (
+    Consumer,
+    ConsumerRecord,
+    LogClient,
+    Producer,
+    TransportError,
+    open_log_client,
+)
+
+logger = logging.getLogger(__name__)
+FETCH_MAX_RECORDS = 10_000
+
+
+@dataclass
+class WorkerStats:
+    records_in: int = 0
+    dead_lettered: int = 0
+    commits: int = 0
+    started_at: float = field(default_factory=time.monotonic)
+
+
+class Worker:
+    """Runs ``app``. Use ``async with Worker(app) as w: await w.wait()``, or the CLI."""
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        broker: str | None = None,
+        client: LogClient | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        run_timers: bool = True,
+    ) -> None:
+        self.app = app
+        self.client = client or open_log_client(broker or app.broker)
+        self.clock = clock
+        self._run_timers = run_timers
+        self.stats = WorkerStats()
+        self.tasks: dict[tuple[str, int], PartitionTask] = {}
+        self._inboxes: dict[TopicPartition, list[Inbox]] = {}
+        self._hops: dict[str, list[Hop]] = {}
+        self._hop_topics: dict[tuple[str, str], Topic] = {}
+        self._counts: dict[str, int] = {}
+        self._producer: Producer | None = None
+        self._consumer: Consumer | None = None
+        self._sender: RuntimeSender | None = None
+        self._loops: list[asyncio.Task[Any]] = []
+        self._stop = asyncio.Event()
+        self._failure: BaseException | None = None
+        self._commit_lock = asyncio.Lock()
+        self._committed: dict[TopicPartition, int] = {}
+        self._started = False
+        self._closed = False
+        self.timers = TimerRunner(app.timers, clock)
+
+    async def __aenter__(self) -> Worker:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- start -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        await self.client.start()
+        producer = self.client.producer()
+        await producer.start()
+        self._producer = producer
+        self._sender = RuntimeSender(producer, self.clock, self._partitions_for)
+        self.app.sender = self._sender
+        for agent in self.app.agents.values():
+            self._hops[agent.name] = await discover(agent)
+        await self._create_topics()
+        inputs = self.input_topics()
+        if inputs:
+            consumer = self.client.consumer(self.app.id, auto_offset_reset=self.app.auto_offset_reset)
+            consumer.subscribe(inputs, self)
+            self._consumer = consumer
+            await consumer.start()
+            self._spawn(self._fetch_loop(), "fetch")
+            self._spawn(self._commit_loop(), "commit")
+        if self._run_timers:
+            self._spawn(self.timers.run_forever(), "timers")
+        for fn in self.app.tasks:
+            self._spawn(self._run_app_task(fn), f"task:{fn.__name__}")
+
+    def _spawn(self, coro: Awaitable[Any], name: str) -> None:
+        task = asyncio.ensure_future(coro)
+        task.set_name(f"streamkit:{name}")
+        self._loops.append(task)
+
+    async def _run_app_task(self, fn: Callable[[], Awaitable[Any]]) -> None:
+        try:
+            await fn()
+        except Exception:
+            logger.exception("task %s failed", getattr(fn, "__name__", fn))
+
+    async def _create_topics(self) -> None:
+        default = self.app.topic_partitions
+        for topic in list(self.app.topics.values()):
+            await self._ensure(topic, topic.partitions or default)
+        for agent in self.app.agents.values():
+            source_count = self._counts[agent.topics[0].name]
+            for hop in self._hops[agent.name]:
+                target = self.hop_topic(agent, hop.topic, hop.name)
+                await self._ensure(target, target.partitions or source_count)
+
+    async def _ensure(self, topic: Topic, partitions: int) -> int:
+        count = await self.client.ensure_topic(topic.name, partitions, topic.config)
+        self._counts[topic.name] = count
+        if self._sender is not None:
+            self._sender.known_partitions(topic.name, count)
+        return count
+
+    async def _partitions_for(self, topic: Topic) -> int:
+        count = self._counts.get(topic.name)
+        if count is None:
+            count = await self._ensure(topic, topic.partitions or self.app.topic_partitions)
+        return count
+
+    def partition_count_of(self, topic: Topic) -> int | None:
+        return self._counts.get(topic.name)
+
+    def hop_topic(self, agent: Agent, topic: Topic | None, name: str) -> Topic:
+        """The topic of one ``through``/``group_by`` hop of ``agent``."""
+        if topic is not None:
+            return topic
+        found = self._hop_topics.get((agent.name, name))
+        if found is None:
+            source = agent.topics[0]
+            found = self.app.topic(
+                agent.repartition_topic_name(name),
+                key_serializer="json",
+                value_serializer=source.value_serde,
+                partitions=source.partitions,
+                internal=True,
+            )
+            self._hop_topics[(agent.name, name)] = found
+        return found
+
+    def input_topics(self) -> list[str]:
+        names: set[str] = set()
+        for agent in self.app.agents.values():
+            names.update(self._agent_inputs(agent))
+        return sorted(names)
+
+    def _agent_inputs(self, agent: Agent) -> dict[str, Topic]:
+        inputs = {t.name: t for t in agent.topics}
+        for hop in self._hops.get(agent.name, []):
+            target = self.hop_topic(agent, hop.topic, hop.name)
+            inputs[target.name] = target
+        return inputs
+
+    # -- rebalance -------------------------------------------------------------------------
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        fresh: list[PartitionTask] = []
+        for agent in self.app.agents.values():
+            inputs = self._agent_inputs(agent)
+            for tp in sorted(assigned):
+                topic = inputs.get(tp.topic)
+                if topic is None:
+                    continue
+                key = (agent.name, tp.partition)
+                task = self.tasks.get(key)
+                if task is None:
+                    task = self.tasks[key] = PartitionTask(self, agent, tp.partition)
+                    fresh.append(task)
+                elif task not in fresh:
+                    logger.warning("partition %s assigned to a running task %r", tp, task)
+                    continue
+                inbox = task.add_inbox(tp, topic)
+                inbox.on_low = self._resume
+                self._inboxes.setdefault(tp, []).append(inbox)
+        for task in fresh:
+            task.start()
+        logger.info("assigned %s", ", ".join(str(tp) for tp in sorted(assigned)) or "nothing")
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        doomed = [t for t in self.tasks.values() if any(tp in revoked for tp in t.inboxes)]
+        if not doomed:
+            return
+        await asyncio.gather(*(t.stop() for t in doomed))
+        await self.commit(only={tp for t in doomed for tp in t.inboxes})
+        for task in doomed:
+            self.tasks.pop((task.agent.name, task.partition), None)
+            for tp, inbox in task.inboxes.items():
+                inboxes = self._inboxes.get(tp, [])
+                if inbox in inboxes:
+                    inboxes.remove(inbox)
+                if not inboxes:
+                    self._inboxes.pop(tp, None)
+                    self._committed.pop(tp, None)
+        logger.info("revoked %s", ", ".join(str(tp) for tp in sorted(revoked)))
+
+    # -- loops -----------------------------------------------------------------------------
+
+    async def _fetch_loop(self) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        while not self._stop.is_set():
+            try:
+                fetched = await consumer.getmany(200, FETCH_MAX_RECORDS)
+            except TransportError as exc:
+                logger.warning("fetch failed, retrying: %s", exc)
+                await asyncio.sleep(0.5)
+                continue
+            for tp, records in fetched.items():
+                inboxes = self._inboxes.get(tp)
+                if not inboxes:
+                    continue
+                self.stats.records_in += len(records)
+                full = False
+                for inbox in inboxes:
+                    inbox.put(records)
+                    full = full or inbox.size >= inbox.high_water
+                if full:
+                    for inbox in inboxes:
+                        inbox.paused = True
+                    consumer.pause([tp])
+            if not fetched:
+                await asyncio.sleep(0)
+
+    def _resume(self, tp: TopicPartition) -> None:
+        inboxes = self._inboxes.get(tp, [])
+        if all(i.size < i.high_water // 2 for i in inboxes):
+            for inbox in inboxes:
+                inbox.paused = False
+            if self._consumer is not None:
+                self._consumer.resume([tp])
+
+    async def _commit_loop(self) -> None:
+        interval = self.app.commit_interval_ms / 1000
+        while not self._stop.is_set():
+            await asyncio.sleep(interval)
+            try:
+                await self.commit()
+            except TransportError as exc:
+                logger.warning("commit failed, will retry: %s", exc)
+
+    async def commit(self, only: set[TopicPartition] | None = None) -> dict[TopicPartition, int]:
+        """Commit every processed position whose outputs are acknowledged; returns them."""
+        async with self._commit_lock:
+            positions: dict[TopicPartition, int] = {}
+            for tp, inboxes in self._inboxes.items():
+                if only is not None and tp not in only:
+                    continue
+                found = [p for p in (i.commit_position() for i in inboxes) if p is not None]
+                if found:
+                    position = min(found)
+                    if self._committed.get(tp) != position:
+                        positions[tp] = position
+            if not positions or self._consumer is None or self._producer is None:
+                return {}
+            await self._producer.flush()
+            await self._consumer.commit(positions)
+            self._committed.update(positions)
+            self.stats.commits += 1
+            return positions
+
+    # -- outputs ---------------------------------------------------------------------------
+
+    async def forward(self, agent: Agent, value: Any) -> None:
+        """Send a value an agent yielded to each of its sinks (with the current event's key)."""
+        event = current_event.get()
+        key = event.key if event is not None else None
+        for sink in agent.sinks:
+            if isinstance(sink, (Topic, Agent)):
+                await sink.send(key=key, value=value)
+            else:
+                result = sink(value)
+                if asyncio.iscoroutine(result):
+                    await result
+
+    async def dead_letter(
+        self, agent: Agent, tp: TopicPartition, record: ConsumerRecord, error: BaseException
+    ) -> None:
+        """Send ``record`` as it was read to ``<app>-dlq`` with the error and its position."""
+        self.stats.dead_lettered += 1
+        logger.warning(
+            "agent %s: record %s-%s@%s to %s: %s",
+            agent.name, tp.topic, tp.partition, record.offset, self.app.dlq_topic.name, error,
+        )
+        headers = [*list(record.headers), ("streamkit.error", f"{type(error).__name__}: {error}".encode()), ("streamkit.agent", agent.name.encode()), ("streamkit.source.topic", tp.topic.encode()), ("streamkit.source.partition", str(tp.partition).encode()), ("streamkit.source.offset", str(record.offset).encode())]
+        await self.app.dlq_topic.send(
+            key=record.key, value=record.value, headers=headers, timestamp=record.timestamp
+        )
+
+    # -- stop ------------------------------------------------------------------------------
+
+    def fail(self, exc: BaseException) -> None:
+        if self._failure is None:
+            self._failure = exc
+        self._stop.set()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def wait(self) -> None:
+        """Until ``request_stop``/``fail``; raises the failure that stopped the worker."""
+        await self._stop.wait()
+        if self._failure is not None:
+            raise self._failure
+
+    async def stop(self) -> None:
+        if self._closed or not self._started:
+            return
+        self._closed = True
+        self._stop.set()
+        for task in self._loops:
+            task.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        try:
+            if self.tasks:
+                await self.on_partitions_revoked({tp for t in self.tasks.values() for tp in t.inboxes})
+        finally:
+            if self._consumer is not None:
+                await self._consumer.aclose()
+            if self._producer is not None:
+                await self._producer.aclose()
+            self.app.sender = None
+            await self.client.aclose()
+
+    # -- introspection ---------------------------------------------------------------------
+
+    def lag(self) -> dict[TopicPartition, int]:
+        """Records not yet processed per assigned input partition (high watermark - position)."""
+        out: dict[TopicPartition, int] = {}
+        if self._consumer is None:
+            return out
+        for tp, inboxes in self._inboxes.items():
+            hw = self._consumer.highwater(tp)
+            positions = [p for p in (i.commit_position() for i in inboxes) if p is not None]
+            if hw is not None:
+                out[tp] = max(0, hw - (min(positions) if positions else (self._consumer.position(tp) or 0)))
+        return out

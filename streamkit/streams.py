@@ -1,0 +1,248 @@
+"""``Stream`` (KStream): the records of an agent's input, one operator chain per agent instance.
+
+A stream is pulled, not pushed: each operator asks the one before it for the next event with
+``_get(timeout)``, down to a ``Source`` the runtime provides (a partition task's inbox). No
+async generators sit on the per-record path, only plain coroutine calls.
+
+Processing state: an event handed to the agent counts as *processed* once the agent asks for
+the next one (or its loop ends). The outermost iterator calls ``Source.ack`` at that moment;
+the runtime commits an input offset only after everything sent while processing it was
+acknowledged. A crash in between re-delivers the record: at-least-once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+from streamkit._core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from streamkit.topics import Topic
+
+T = TypeVar("T")
+
+Header = tuple[str, bytes | None]
+
+
+@dataclass(slots=True)
+class Event:
+    """A record as the agent sees it: decoded key and value plus where it came from."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: Any
+    value: Any
+    headers: Sequence[Header]
+
+
+class StreamEnd(Exception):
+    """The source has no more events: its partition was revoked or the worker stops."""
+
+
+KeyFn = Callable[[Any], Any]
+
+
+class Source(Protocol):
+    """The root of a chain; implemented by the runtime (or a probe while discovering)."""
+
+    async def get(self, timeout: float | None) -> Event | None:
+        """The next event; ``None`` when ``timeout`` passes first. Raises ``StreamEnd``."""
+        ...
+
+    def ack(self) -> None:
+        """Everything this source handed out so far has been processed."""
+        ...
+
+    def through(self, upstream: Stream, topic: Topic | None, key: KeyFn | None, name: str) -> Source:
+        """Forward ``upstream`` to ``topic`` (None: the agent's repartition topic ``name``) and
+        return the source reading this partition of it."""
+        ...
+
+
+Getter = Callable[[float | None], Awaitable[Event | None]]
+
+
+def _key_function(key: Any, name: str | None) -> tuple[KeyFn, str]:
+    """A key extractor and its name from a Record field (``Order.user``) or a callable."""
+    descriptor_get = getattr(type(key), "__get__", None)
+    field_name = getattr(key, "__name__", None)
+    if type(key).__name__ == "member_descriptor" and descriptor_get is not None and field_name:
+        def from_field(value: Any) -> Any:
+            return key.__get__(value)
+
+        return from_field, name or field_name
+    if callable(key):
+        fn_name = name or getattr(key, "__name__", None)
+        if not fn_name or fn_name == "<lambda>":
+            raise ConfigError("group_by with a lambda needs name=: it names the repartition topic")
+        return key, fn_name
+    raise ConfigError(f"group_by needs a record field or a function, not {key!r}")
+
+
+class Stream:
+    """An agent's input; iterate it with ``async for``.
+
+    ``async for value in stream`` gives values, ``stream.items()`` (key, value) pairs and
+    ``stream.events()`` whole ``Event``s with offset, timestamp and headers.
+    """
+
+    def __init__(self, source: Source, getter: Getter | None = None) -> None:
+        self._source = source
+        self._get: Getter = getter or source.get
+
+    # -- iteration -------------------------------------------------------------------------
+
+    def __aiter__(self) -> Stream:
+        return self
+
+    async def __anext__(self) -> Any:
+        self._source.ack()
+        try:
+            event = await self._get(None)
+        except StreamEnd:
+            raise StopAsyncIteration from None
+        assert event is not None  # no timeout: only StreamEnd stops the wait
+        return event.value
+
+    def items(self) -> AsyncIterator[tuple[Any, Any]]:
+        return _Projected(self, lambda e: (e.key, e.value))
+
+    def events(self) -> AsyncIterator[Event]:
+        return _Projected(self, lambda e: e)
+
+    def enumerate(self, start: int = 0) -> AsyncIterator[tuple[int, Any]]:
+        counter = [start - 1]
+
+        def number(e: Event) -> tuple[int, Any]:
+            counter[0] += 1
+            return counter[0], e.value
+
+        return _Projected(self, number)
+
+    async def take(self, max_: int, within: float) -> AsyncIterator[list[Any]]:
+        """Lists of up to ``max_`` values, each list cut after ``within`` seconds at most."""
+        if max_ < 1 or within <= 0:
+            raise ConfigError("take needs max_ >= 1 and within > 0 seconds")
+        loop = asyncio.get_running_loop()
+        while True:
+            self._source.ack()
+            try:
+                first = await self._get(None)
+            except StreamEnd:
+                return
+            assert first is not None
+            batch = [first.value]
+            deadline = loop.time() + within
+            while len(batch) < max_:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                try:
+                    event = await self._get(remaining)
+                except StreamEnd:
+                    yield batch
+                    return
+                if event is None:
+                    break
+                batch.append(event.value)
+            yield batch
+
+    # -- operators -------------------------------------------------------------------------
+
+    def _chain(self, getter: Getter) -> Stream:
+        return Stream(self._source, getter)
+
+    def map(self, fn: Callable[[Any], Any]) -> Stream:
+        """Replace each value by ``fn(value)`` (``fn`` may be async)."""
+        up = self._get
+        if inspect.iscoroutinefunction(fn):
+            async def get_async(timeout: float | None) -> Event | None:
+                event = await up(timeout)
+                if event is not None:
+                    event.value = await fn(event.value)
+                return event
+
+            return self._chain(get_async)
+
+        async def get(timeout: float | None) -> Event | None:
+            event = await up(timeout)
+            if event is not None:
+                event.value = fn(event.value)
+            return event
+
+        return self._chain(get)
+
+    def filter(self, fn: Callable[[Any], Any]) -> Stream:
+        """Keep the values for which ``fn(value)`` is true (``fn`` may be async)."""
+        up = self._get
+        is_async = inspect.iscoroutinefunction(fn)
+
+        async def get(timeout: float | None) -> Event | None:
+            loop = asyncio.get_running_loop()
+            deadline = None if timeout is None else loop.time() + timeout
+            while True:
+                left = None if deadline is None else max(0.0, deadline - loop.time())
+                event = await up(left)
+                if event is None:
+                    return None
+                keep = await fn(event.value) if is_async else fn(event.value)
+                if keep:
+                    return event
+
+        return self._chain(get)
+
+    def echo(self, *topics: Topic) -> Stream:
+        """Also send every value (with its key) to ``topics``."""
+        up = self._get
+
+        async def get(timeout: float | None) -> Event | None:
+            event = await up(timeout)
+            if event is not None:
+                for topic in topics:
+                    await topic.send(key=event.key, value=event.value, headers=event.headers)
+            return event
+
+        return self._chain(get)
+
+    def group_by(self, key: Any, *, name: str | None = None) -> Stream:
+        """Re-key the stream and repartition it through ``<app>-<agent>-<name>-repartition``.
+
+        ``key`` is a record field (``Order.user``) or a function of the value. Records with the
+        same new key meet in the same partition, so the rest of the agent sees each key in one
+        place, in order.
+        """
+        key_fn, key_name = _key_function(key, name)
+        return Stream(self._source.through(self, None, key_fn, key_name))
+
+    def through(self, topic: Topic) -> Stream:
+        """Send the stream to ``topic`` and continue from what was written there."""
+        return Stream(self._source.through(self, topic, None, topic.name))
+
+
+class _Projected(Generic[T]):
+    """``async for`` over a stream, yielding a projection of each event."""
+
+    __slots__ = ("_project", "_stream")
+
+    def __init__(self, stream: Stream, project: Callable[[Event], T]) -> None:
+        self._stream = stream
+        self._project = project
+
+    def __aiter__(self) -> _Projected[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        stream = self._stream
+        stream._source.ack()
+        try:
+            event = await stream._get(None)
+        except StreamEnd:
+            raise StopAsyncIteration from None
+        assert event is not None
+        return self._project(event)

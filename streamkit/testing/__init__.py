@@ -1,0 +1,1 @@
+"""Public test kit."""

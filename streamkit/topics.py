@@ -1,0 +1,150 @@
+"""Topic declarations: a name, partitions, serializers and log configuration.
+
+A ``Topic`` is a declaration the app holds; it does no I/O until the app runs. Sending
+through it (``await topic.send(...)``) goes to the running worker's producer, the ``Sender``
+the runtime installs on the app.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Protocol
+
+from streamkit._core.errors import ConfigError, StreamkitError
+from streamkit._core.serde import Serde, serde_for
+
+if TYPE_CHECKING:
+    from streamkit.app import App
+
+Headers = Mapping[str, bytes | str | None] | Sequence[tuple[str, bytes | str | None]]
+
+
+class NotRunningError(StreamkitError):
+    """A send needs a running worker (``streamkit worker`` or ``streamkit.testing``)."""
+
+
+class Sent(Protocol):
+    """Where a record landed."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp(self) -> int: ...
+
+
+class Sender(Protocol):
+    """What the runtime provides to topics: serialize, partition and produce one record."""
+
+    async def send(
+        self,
+        topic: Topic,
+        *,
+        key: Any,
+        value: Any,
+        headers: Headers | None,
+        timestamp_ms: int | None,
+        partition: int | None,
+    ) -> Awaitable[Sent]: ...
+
+
+def to_ms(value: float | int | timedelta | None, what: str) -> int | None:
+    """Seconds (the API's unit, as Faust) or a timedelta, to integer milliseconds."""
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        return int(value.total_seconds() * 1000)
+    if isinstance(value, (int, float)) and value >= 0:
+        return int(value * 1000)
+    raise ConfigError(f"{what} must be seconds >= 0 or a timedelta, not {value!r}")
+
+
+def timestamp_ms(value: int | float | datetime | None) -> int | None:
+    """A record timestamp: integer milliseconds, or a datetime."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return int(value.timestamp() * 1000)
+    if isinstance(value, int):
+        return value
+    raise ConfigError(f"timestamp must be integer milliseconds or a datetime, not {value!r}")
+
+
+class Topic:
+    """A topic declared by an app.
+
+    >>> import streamkit as sk
+    >>> app = sk.App("docs")
+    >>> orders = app.topic("orders", value_type=dict, partitions=4, retention=3600)
+    >>> orders.name, orders.partitions, orders.config["retention.ms"]
+    ('orders', 4, '3600000')
+    """
+
+    def __init__(
+        self,
+        app: App,
+        name: str,
+        *,
+        key_type: Any = None,
+        value_type: Any = None,
+        key_serializer: str | Serde | None = None,
+        value_serializer: str | Serde | None = None,
+        partitions: int | None = None,
+        retention: float | timedelta | None = None,
+        compacted: bool = False,
+        deleting: bool | None = None,
+        config: Mapping[str, str] | None = None,
+        internal: bool = False,
+    ) -> None:
+        if partitions is not None and partitions < 1:
+            raise ConfigError(f"topic {name!r} needs at least one partition")
+        self.app = app
+        self.name = name
+        self.key_type = key_type
+        self.value_type = value_type
+        self.key_serde = serde_for(key_serializer if key_serializer is not None else key_type)
+        self.value_serde = serde_for(value_serializer if value_serializer is not None else value_type)
+        self.partitions = partitions
+        self.internal = internal
+        cfg = dict(config or {})
+        retention_ms = to_ms(retention, "retention")
+        if retention_ms is not None:
+            cfg["retention.ms"] = str(retention_ms)
+        if compacted:
+            cfg["cleanup.policy"] = "compact,delete" if deleting else "compact"
+        self.config: dict[str, str] = cfg
+
+    def __repr__(self) -> str:
+        return f"<Topic {self.name!r}>"
+
+    async def send(
+        self,
+        *,
+        key: Any = None,
+        value: Any = None,
+        headers: Headers | None = None,
+        timestamp: int | datetime | None = None,
+        partition: int | None = None,
+    ) -> Awaitable[Sent]:
+        """Produce one record; returns an awaitable that resolves once the log acknowledged it.
+
+        Inside an agent, a record without ``timestamp`` takes the timestamp of the event being
+        processed (event time flows downstream, as in Kafka Streams).
+        """
+        sender = self.app.sender
+        if sender is None:
+            raise NotRunningError(
+                f"cannot send to {self.name!r}: the app {self.app.id!r} is not running in a worker"
+            )
+        return await sender.send(
+            self,
+            key=key,
+            value=value,
+            headers=headers,
+            timestamp_ms=timestamp_ms(timestamp),
+            partition=partition,
+        )

@@ -1,0 +1,157 @@
+"""What the engine codes against: ``LogClient``, ``Producer`` and ``Consumer``.
+
+Bytes cross this interface, never typed values: serialization belongs to the engine.
+Both drivers give the same guarantees:
+
+* ``Producer.send`` buffers a record and returns an awaitable ``RecordMetadata``; awaiting it
+  waits for the log's acknowledgement. ``flush`` returns when every record sent before it is
+  acknowledged (the commit protocol relies on this);
+* a record's partition is chosen by the engine's partitioner (murmur2 of the key bytes, as
+  Kafka's clients do), so the embedded log and a Kafka cluster place keys alike;
+* ``Consumer.getmany`` returns records of assigned partitions in offset order per
+  partition; ``commit`` stores "next offset to read" per partition, Kafka's convention.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+from urllib.parse import urlparse
+
+from streamkit._core.errors import ConfigError, StreamkitError
+from streamkit._core.types import TopicPartition
+
+Header = tuple[str, bytes | None]
+
+
+class TransportError(StreamkitError):
+    """A log operation failed in the transport (retriable unless stated)."""
+
+    retriable = True
+
+
+class ConsumerRecord(Protocol):
+    """A consumed record; its topic and partition are the key it is filed under.
+
+    The log's ``Record`` and aiokafka's ``ConsumerRecord`` both have this shape, so neither
+    driver copies records.
+    """
+
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> Sequence[Header]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+
+
+class RebalanceListener(Protocol):
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None: ...
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None: ...
+
+
+class Producer(Protocol):
+    async def start(self) -> None: ...
+
+    async def aclose(self) -> None:
+        """Flush what is buffered, then release the producer."""
+        ...
+
+    async def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        *,
+        partition: int,
+        headers: Sequence[Header] = (),
+        timestamp_ms: int | None = None,
+    ) -> Awaitable[RecordMetadata]:
+        """Buffer one record for ``partition``; the result resolves when it is acknowledged."""
+        ...
+
+    async def flush(self) -> None:
+        """Wait until every record sent so far is acknowledged (raises if one failed)."""
+        ...
+
+
+class Consumer(Protocol):
+    def subscribe(self, topics: Sequence[str], listener: RebalanceListener) -> None: ...
+
+    async def start(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+    async def getmany(
+        self, timeout_ms: int, max_records: int
+    ) -> Mapping[TopicPartition, Sequence[ConsumerRecord]]: ...
+
+    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None: ...
+
+    async def committed(self, tp: TopicPartition) -> int | None: ...
+
+    def assignment(self) -> set[TopicPartition]: ...
+
+    def pause(self, tps: Sequence[TopicPartition]) -> None: ...
+
+    def resume(self, tps: Sequence[TopicPartition]) -> None: ...
+
+    def seek(self, tp: TopicPartition, offset: int) -> None: ...
+
+    def highwater(self, tp: TopicPartition) -> int | None: ...
+
+    def position(self, tp: TopicPartition) -> int | None: ...
+
+
+class LogClient(Protocol):
+    url: str
+
+    async def start(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+    async def ensure_topic(
+        self, name: str, partitions: int, config: Mapping[str, str] | None = None
+    ) -> int:
+        """Create the topic unless it exists; return its partition count."""
+        ...
+
+    async def partition_count(self, name: str) -> int | None: ...
+
+    def producer(self) -> Producer: ...
+
+    def consumer(self, group_id: str, *, auto_offset_reset: str = "earliest") -> Consumer: ...
+
+
+def open_log_client(url: str) -> LogClient:
+    """The driver for ``url``: ``file://DIR`` (embedded) or ``kafka://host:port[,host:port]``."""
+    parsed = urlparse(url)
+    if parsed.scheme == "file":
+        from streamkit.transport.embedded import EmbeddedLogClient
+
+        path = (parsed.netloc + parsed.path) or ".streamkit"
+        embedded: LogClient = EmbeddedLogClient(path, url=url)
+        return embedded
+    if parsed.scheme == "kafka":
+        from streamkit.transport.kafka import KafkaLogClient
+
+        servers = url[len("kafka://") :].rstrip("/")
+        if not servers:
+            raise ConfigError(f"broker URL {url!r} names no host: use kafka://host:port")
+        kafka: LogClient = KafkaLogClient(servers, url=url)
+        return kafka
+    raise ConfigError(f"unsupported broker URL {url!r}: use file://DIR or kafka://host:port")

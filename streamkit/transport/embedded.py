@@ -1,0 +1,373 @@
+"""The embedded driver: the commit log in this process, no sockets (``file://DIR``).
+
+The process that opens the data directory owns it (``LogManager`` takes its lock), so an
+embedded consumer group has exactly one member: it is assigned every partition of the topics
+it subscribes to, and commits to the log's durable group offsets.
+
+Producer: records are buffered per partition and appended as one batch when the buffer is
+full or when the event loop next turns (``call_soon``), so an agent that handles a whole
+fetched batch without suspending produces whole batches too. Appends to topics whose flush
+policy fsyncs run in a worker thread, others inline (a page-cache write).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Generator, Mapping, Sequence
+from typing import Any
+
+from streamkit._core.clock import SYSTEM_CLOCK, Clock
+from streamkit._core.types import TopicPartition
+from streamkit.log.errors import LogError, OffsetOutOfRangeError, UnknownTopicError
+from streamkit.log.manager import LogManager
+from streamkit.log.partition import Partition
+from streamkit.log.records import NewRecord, Record, decode_batches, iter_batches
+from streamkit.transport.base import (
+    Header,
+    RebalanceListener,
+    RecordMetadata,
+    TransportError,
+)
+
+MAX_BATCH_RECORDS = 2000
+MAX_FETCH_BYTES = 4 * 1024 * 1024
+
+
+class EmbeddedLogClient:
+    """A ``LogClient`` over a data directory opened in this process."""
+
+    def __init__(
+        self,
+        data_dir: str,
+        *,
+        url: str | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        default_partitions: int = 1,
+    ) -> None:
+        self.data_dir = data_dir
+        self.url = url or f"file://{data_dir}"
+        self.clock = clock
+        self._default_partitions = default_partitions
+        self._log: LogManager | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
+        self._consumers: list[EmbeddedConsumer] = []
+
+    @property
+    def log(self) -> LogManager:
+        if self._log is None:
+            raise TransportError("the embedded log client is not started")
+        return self._log
+
+    async def start(self) -> None:
+        if self._log is not None:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        manager = LogManager(self.data_dir, clock=self.clock, default_partitions=self._default_partitions)
+        await asyncio.to_thread(manager.open)
+        manager.add_append_listener(self._on_append)
+        self._log = manager
+
+    async def aclose(self) -> None:
+        log, self._log = self._log, None
+        if log is not None:
+            await asyncio.to_thread(log.close)
+
+    def _on_append(self, tp: TopicPartition, high_watermark: int) -> None:
+        if threading.get_ident() == self._loop_thread:
+            self._wake(tp)
+        elif self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._wake, tp)
+
+    def _wake(self, tp: TopicPartition) -> None:
+        for consumer in self._consumers:
+            consumer.notify(tp)
+
+    async def ensure_topic(
+        self, name: str, partitions: int, config: Mapping[str, str] | None = None
+    ) -> int:
+        log = self.log
+        if log.has_topic(name):
+            return log.describe_topic(name).partitions
+        try:
+            return log.create_topic(name, partitions, config).partitions
+        except LogError as exc:
+            if log.has_topic(name):
+                return log.describe_topic(name).partitions
+            raise TransportError(f"cannot create topic {name!r}: {exc}") from exc
+
+    async def partition_count(self, name: str) -> int | None:
+        log = self.log
+        return log.describe_topic(name).partitions if log.has_topic(name) else None
+
+    def producer(self) -> EmbeddedProducer:
+        return EmbeddedProducer(self)
+
+    def consumer(self, group_id: str, *, auto_offset_reset: str = "earliest") -> EmbeddedConsumer:
+        consumer = EmbeddedConsumer(self, group_id, auto_offset_reset)
+        self._consumers.append(consumer)
+        return consumer
+
+    def _forget(self, consumer: EmbeddedConsumer) -> None:
+        if consumer in self._consumers:
+            self._consumers.remove(consumer)
+
+
+class _Batch:
+    __slots__ = ("future", "records")
+
+    def __init__(self, future: asyncio.Future[int]) -> None:
+        self.future = future
+        self.records: list[NewRecord] = []
+
+
+class _Ack:
+    """Awaitable metadata of one record, resolved with its batch (no future per record)."""
+
+    __slots__ = ("_future", "_index", "_partition", "_timestamp", "_topic")
+
+    def __init__(self, future: asyncio.Future[int], topic: str, partition: int, index: int, timestamp: int) -> None:
+        self._future = future
+        self._topic = topic
+        self._partition = partition
+        self._index = index
+        self._timestamp = timestamp
+
+    def __await__(self) -> Generator[Any, None, RecordMetadata]:
+        base = yield from self._future.__await__()
+        return RecordMetadata(self._topic, self._partition, base + self._index, self._timestamp)
+
+
+class EmbeddedProducer:
+    def __init__(self, client: EmbeddedLogClient) -> None:
+        self._client = client
+        self._buffers: dict[TopicPartition, _Batch] = {}
+        self._scheduled = False
+        self._inflight: set[asyncio.Future[int]] = set()
+        self._tasks: set[asyncio.Future[None]] = set()
+
+    async def start(self) -> None:
+        self._client.log  # noqa: B018  (raises when the client is not started)
+
+    async def aclose(self) -> None:
+        await self.flush()
+
+    async def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        *,
+        partition: int,
+        headers: Sequence[Header] = (),
+        timestamp_ms: int | None = None,
+    ) -> Awaitable[RecordMetadata]:
+        tp = TopicPartition(topic, partition)
+        batch = self._buffers.get(tp)
+        if batch is None:
+            batch = self._buffers[tp] = _Batch(asyncio.get_running_loop().create_future())
+        ts = self._client.clock.now_ms() if timestamp_ms is None else timestamp_ms
+        index = len(batch.records)
+        batch.records.append(NewRecord(key, value, ts, headers))
+        ack = _Ack(batch.future, topic, partition, index, ts)
+        if index + 1 >= MAX_BATCH_RECORDS:
+            await self._append(tp, self._buffers.pop(tp))
+        elif not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_soon)
+        return ack
+
+    def _flush_soon(self) -> None:
+        self._scheduled = False
+        buffers, self._buffers = self._buffers, {}
+        for tp, batch in buffers.items():
+            partition = self._partition(tp, batch)
+            if partition is None:
+                continue
+            if partition.config.flush_messages:
+                # fsync per append: off the event loop; flush() waits on the batch's future.
+                self._inflight.add(batch.future)
+                task = asyncio.ensure_future(self._append(tp, batch))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            else:
+                self._append_inline(partition, batch)
+
+    def _partition(self, tp: TopicPartition, batch: _Batch) -> Partition | None:
+        try:
+            return self._client.log.partition(tp.topic, tp.partition)
+        except (UnknownTopicError, TransportError) as exc:
+            batch.future.set_exception(TransportError(f"cannot send to {tp}: {exc}"))
+            return None
+
+    def _append_inline(self, partition: Partition, batch: _Batch) -> None:
+        try:
+            result = partition.append_records(batch.records)
+        except LogError as exc:
+            batch.future.set_exception(TransportError(f"append to {partition.tp} failed: {exc}"))
+        else:
+            batch.future.set_result(result.base_offset)
+
+    async def _append(self, tp: TopicPartition, batch: _Batch) -> None:
+        partition = self._partition(tp, batch)
+        if partition is None:
+            return
+        self._inflight.add(batch.future)
+        try:
+            if partition.config.flush_messages:
+                result = await asyncio.to_thread(partition.append_records, batch.records)
+            else:
+                result = partition.append_records(batch.records)
+        except LogError as exc:
+            batch.future.set_exception(TransportError(f"append to {tp} failed: {exc}"))
+        else:
+            batch.future.set_result(result.base_offset)
+        finally:
+            self._inflight.discard(batch.future)
+
+    async def flush(self) -> None:
+        if self._buffers:
+            buffers, self._buffers = self._buffers, {}
+            for tp, batch in buffers.items():
+                await self._append(tp, batch)
+        if self._inflight:
+            await asyncio.gather(*list(self._inflight), return_exceptions=True)
+
+
+class EmbeddedConsumer:
+    """The single member of an embedded consumer group."""
+
+    def __init__(self, client: EmbeddedLogClient, group_id: str, auto_offset_reset: str) -> None:
+        if auto_offset_reset not in ("earliest", "latest"):
+            raise TransportError(f"auto_offset_reset must be earliest or latest, not {auto_offset_reset!r}")
+        self._client = client
+        self.group_id = group_id
+        self._reset = auto_offset_reset
+        self._topics: list[str] = []
+        self._listener: RebalanceListener | None = None
+        self._positions: dict[TopicPartition, int] = {}
+        self._paused: set[TopicPartition] = set()
+        self._event = asyncio.Event()
+        self._started = False
+
+    def subscribe(self, topics: Sequence[str], listener: RebalanceListener) -> None:
+        self._topics = list(topics)
+        self._listener = listener
+
+    def notify(self, tp: TopicPartition) -> None:
+        if tp in self._positions:
+            self._event.set()
+
+    async def start(self) -> None:
+        log = self._client.log
+        committed = log.offsets.fetch(self.group_id)
+        for topic in self._topics:
+            for part in log.partitions(topic):
+                tp = part.tp
+                if tp in committed:
+                    self._positions[tp] = committed[tp][0]
+                else:
+                    self._positions[tp] = self._reset_position(part)
+        self._started = True
+        if self._listener is not None:
+            await self._listener.on_partitions_assigned(set(self._positions))
+
+    def _reset_position(self, part: Partition) -> int:
+        return part.log_start_offset if self._reset == "earliest" else part.high_watermark
+
+    async def aclose(self) -> None:
+        if self._started and self._listener is not None:
+            await self._listener.on_partitions_revoked(set(self._positions))
+        self._started = False
+        self._positions.clear()
+        self._client._forget(self)
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._positions)
+
+    def pause(self, tps: Sequence[TopicPartition]) -> None:
+        self._paused.update(tps)
+
+    def resume(self, tps: Sequence[TopicPartition]) -> None:
+        self._paused.difference_update(tps)
+        self._event.set()
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self._positions[tp] = offset
+
+    def position(self, tp: TopicPartition) -> int | None:
+        return self._positions.get(tp)
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        try:
+            return self._client.log.partition(tp.topic, tp.partition).high_watermark
+        except LogError:
+            return None
+
+    async def getmany(self, timeout_ms: int, max_records: int) -> Mapping[TopicPartition, Sequence[Record]]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        while True:
+            self._event.clear()
+            out = self._read(max_records)
+            if out:
+                return out
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return {}
+            try:
+                await asyncio.wait_for(self._event.wait(), remaining)
+            except TimeoutError:
+                return {}
+
+    def _read(self, max_records: int) -> dict[TopicPartition, list[Record]]:
+        log = self._client.log
+        out: dict[TopicPartition, list[Record]] = {}
+        budget = max_records
+        for tp, position in self._positions.items():
+            if budget <= 0:
+                break
+            if tp in self._paused:
+                continue
+            part = log.partition(tp.topic, tp.partition)
+            if position >= part.high_watermark:
+                continue
+            try:
+                data = part.read(position, MAX_FETCH_BYTES)
+            except OffsetOutOfRangeError:
+                position = self._reset_position(part)
+                self._positions[tp] = position
+                data = part.read(position, MAX_FETCH_BYTES) if position < part.high_watermark else b""
+            records: list[Record] = []
+            for _header, batch in decode_batches(data, verify_crc=False):
+                for record in batch:
+                    if record.offset >= position:
+                        records.append(record)
+            if len(records) > budget:
+                records = records[:budget]
+            if records:
+                out[tp] = records
+                budget -= len(records)
+                self._positions[tp] = records[-1].offset + 1
+            elif data:
+                # Only control batches or compacted-away records: skip past them.
+                self._positions[tp] = _next_offset(data, position)
+        return out
+
+    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        if offsets:
+            entries = {tp: (offset, "") for tp, offset in offsets.items()}
+            await asyncio.to_thread(self._client.log.offsets.commit, self.group_id, entries)
+
+    async def committed(self, tp: TopicPartition) -> int | None:
+        found = self._client.log.offsets.fetch(self.group_id, [tp])
+        return found[tp][0] if tp in found else None
+
+
+def _next_offset(data: bytes, position: int) -> int:
+    last = position
+    for _pos, header in iter_batches(data):
+        last = max(last, header.next_offset)
+    return last
