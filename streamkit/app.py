@@ -68,7 +68,7 @@ class App:
         self.timers: list[Timer] = []
         self.tasks: list[Callable[[], Awaitable[Any]]] = []
         self.sender: Sender | None = None
-        self.dlq_topic = self.topic(f"{id}-dlq", internal=True)
+        self.dlq_topic = self.topic(f"{id}-dlq", key_serializer="raw", value_serializer="raw", internal=True)
 
     def __repr__(self) -> str:
         return f"<App {self.id!r} broker={self.broker!r}>"

@@ -107,7 +107,10 @@ class Topic:
         self.key_type = key_type
         self.value_type = value_type
         self.key_serde = serde_for(key_serializer if key_serializer is not None else key_type)
-        self.value_serde = serde_for(value_serializer if value_serializer is not None else value_type)
+        # As in Faust: keys default to raw bytes, values to JSON.
+        self.value_serde = serde_for(
+            value_serializer if value_serializer is not None else (value_type if value_type is not None else "json")
+        )
         self.partitions = partitions
         self.internal = internal
         cfg = dict(config or {})

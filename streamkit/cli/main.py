@@ -1,15 +1,121 @@
-"""Entry point of the ``streamkit`` command."""
+"""Entry point of the ``streamkit`` command: the command tree and how failures end.
+
+Every failure ends with exactly one line on stderr, ``streamkit: error: ...``, and an exit
+code (``--help`` and ``--version`` work as usual):
+
+* 2: the command cannot run as asked: a bad or missing argument, an unknown topic, a locked
+  data directory, an invalid topic config, unusable input;
+* 1: the log is damaged or the system failed (a CRC mismatch on read, an I/O error), and
+  ``log verify`` when it finds damage;
+* 130: interrupted by Ctrl-C, 143: by SIGTERM; either way the log is closed cleanly (a group's
+  offsets committed) and no traceback is printed. When stdout's reader goes away (``| head``)
+  click ends the command quietly with 1.
+"""
 
 from __future__ import annotations
 
+import signal
+import sys
+from collections.abc import Sequence
+from types import FrameType
+from typing import Any, NoReturn
+
 import click
 
+from streamkit._core.errors import StreamkitError
+from streamkit.cli.consume import consume
+from streamkit.cli.logtools import log_
+from streamkit.cli.produce import produce
+from streamkit.cli.topics import topics
+from streamkit.log.errors import InvalidRecordError, LogClosedError
 
-@click.group()
+EXIT_USAGE = 2
+EXIT_FAILURE = 1
+EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so every command unwinds and closes its log."""
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise Terminated()
+
+
+class StreamkitGroup(click.Group):
+    """A click group whose standalone run reports errors in one line (see the module doc)."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            previous = signal.signal(signal.SIGTERM, _on_sigterm)
+        except ValueError:  # not the main thread: leave signals alone
+            previous = None
+        try:
+            result = super().main(
+                args, prog_name or "streamkit", complete_var, standalone_mode=False, **extra
+            )
+        except click.UsageError as exc:
+            hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            _fail(exc.format_message() + hint, EXIT_USAGE)
+        except click.ClickException as exc:
+            _fail(exc.format_message(), exc.exit_code)
+        except click.Abort as exc:  # click's form of KeyboardInterrupt (and EOF on a prompt)
+            terminated = isinstance(exc.__cause__, Terminated)
+            sys.exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
+        except Terminated:
+            sys.exit(EXIT_TERMINATED)
+        except KeyboardInterrupt:
+            sys.exit(EXIT_INTERRUPTED)
+        except (InvalidRecordError, LogClosedError) as exc:
+            _fail(str(exc), EXIT_FAILURE)
+        except StreamkitError as exc:
+            _fail(str(exc), EXIT_USAGE)
+        except OSError as exc:
+            _fail(_os_message(exc), EXIT_FAILURE)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+        sys.exit(result if isinstance(result, int) else 0)
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    one_line = " ".join(line.strip() for line in message.splitlines() if line.strip())
+    click.echo(f"streamkit: error: {one_line}", err=True)
+    sys.exit(code)
+
+
+def _os_message(exc: OSError) -> str:
+    if exc.strerror and exc.filename is not None:
+        return f"{exc.strerror}: {exc.filename}"
+    return str(exc) or type(exc).__name__
+
+
+@click.group("streamkit", cls=StreamkitGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="streamkit")
 def cli() -> None:
-    """streamkit: Kafka's stream-processing model for Python."""
+    """streamkit: Kafka's stream-processing model for Python.
+
+    Commands open the embedded log in --data-dir (default .streamkit, or
+    $STREAMKIT_DATA_DIR) and hold its lock while they run.
+    """
+
+
+cli.add_command(topics)
+cli.add_command(produce)
+cli.add_command(consume)
+cli.add_command(log_)
 
 
 def main() -> None:
-    cli()
+    """The console script ``streamkit``."""
+    cli.main(prog_name="streamkit")

@@ -22,12 +22,13 @@ leftover ``.cleaned`` is deleted on open and missing indexes are rebuilt.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from streamkit.log.errors import CorruptRecordError, InvalidRecordError
 from streamkit.log.partition import Partition, fsync_dir
-from streamkit.log.records import BatchHeader, Record, build_batch, decode_records
+from streamkit.log.records import BatchHeader, Record, build_batch, check_batch, decode_records
 from streamkit.log.segment import Segment
 
 CHECKPOINT_FILE = "cleaner-checkpoint"
@@ -52,11 +53,42 @@ def keep_record(
     return not (record.value is None and now_ms - record.timestamp > delete_retention_ms)
 
 
+def checked_batches(seg: Segment) -> Iterator[tuple[BatchHeader, memoryview]]:
+    """Every batch of ``seg`` with its bytes, each one's CRC checked.
+
+    The cleaner re-encodes what it keeps with a fresh CRC, so a damaged batch it decoded
+    would come out looking valid: it raises ``CorruptRecordError`` instead, and the
+    partition is left as it is.
+    """
+    next_offset = seg.base_offset
+    end = seg.base_offset
+    for pos, header, view in seg.batches():
+        try:
+            check_batch(view)
+        except InvalidRecordError as exc:
+            raise CorruptRecordError(
+                f"{seg.log_path} at position {pos}: {exc}; not compacting {seg.directory.name}"
+            ) from exc
+        if header.base_offset < next_offset:
+            raise CorruptRecordError(
+                f"{seg.log_path} at position {pos}: batch base offset {header.base_offset} "
+                f"is out of order; not compacting {seg.directory.name}"
+            )
+        next_offset = header.next_offset
+        end = pos + header.size
+        yield header, view
+    if end != seg.size and seg.size:
+        raise CorruptRecordError(
+            f"{seg.log_path} at position {end}: batch length does not fit the segment; "
+            f"not compacting {seg.directory.name}"
+        )
+
+
 def build_offset_map(segments: Sequence[Segment]) -> dict[bytes, int]:
     """Latest offset of each key across ``segments``."""
     latest: dict[bytes, int] = {}
     for seg in segments:
-        for _pos, header, view in seg.batches():
+        for header, view in checked_batches(seg):
             if header.is_control:
                 continue
             for record in decode_records(header, view):
@@ -85,7 +117,8 @@ def rewrite_batches(
         removed += len(records) - len(kept)
         for r in kept:
             if r.value is None and r.key is not None:
-                deadline = r.timestamp + delete_retention_ms
+                # the first time at which ``keep_record`` lets the tombstone go
+                deadline = r.timestamp + delete_retention_ms + 1
                 if tombstone_deadline is None or deadline < tombstone_deadline:
                     tombstone_deadline = deadline
         if len(kept) == len(records):
@@ -152,7 +185,7 @@ def compact(partition: Partition, now_ms: int, *, force: bool = False) -> Compac
     cleaned = removed = 0
     deadline: int | None = None
     for seg in cleanable:
-        batches = [(h, v) for _p, h, v in seg.batches()]
+        batches = list(checked_batches(seg))
         data, n_removed, seg_deadline = rewrite_batches(
             batches, latest, now_ms, config.delete_retention_ms
         )

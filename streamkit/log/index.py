@@ -80,8 +80,10 @@ class OffsetIndex:
         relative = last_offset - self.base_offset
         if self._offsets and relative <= self._offsets[-1]:
             return
-        self._offsets.append(relative)
+        # Readers bisect ``_offsets`` without a lock, then index ``_positions``: the position
+        # goes in first so every offset they can see has one.
         self._positions.append(position)
+        self._offsets.append(relative)
         self._pending += OFFSET_ENTRY.pack(relative, position)
 
     def lookup(self, offset: int) -> tuple[int, int]:
@@ -167,9 +169,16 @@ class TimeIndex:
         if self._timestamps and timestamp <= self._timestamps[-1]:
             return
         relative = last_offset - self.base_offset
-        self._timestamps.append(timestamp)
+        # Offsets first: readers bisect ``_timestamps`` and then index ``_offsets``.
         self._offsets.append(relative)
+        self._timestamps.append(timestamp)
         self._pending += TIME_ENTRY.pack(timestamp, relative)
+
+    def last_entry(self) -> tuple[int, int] | None:
+        """(timestamp, absolute offset) of the newest entry: the segment's max timestamp."""
+        if not self._timestamps:
+            return None
+        return self._timestamps[-1], self.base_offset + self._offsets[-1]
 
     def lookup(self, timestamp: int) -> int:
         """The last offset of the greatest entry with timestamp < ``timestamp``, else base - 1.

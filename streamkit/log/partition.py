@@ -62,8 +62,7 @@ class Partition:
         self.tp = tp
         self.config = config
         self.clock = clock
-        self._segments: list[Segment] = []
-        self._bases: list[int] = []
+        self._view: tuple[list[Segment], list[int]] = ([], [])
         self._lock = threading.RLock()
         self._unflushed_records = 0
         self._last_flush_ms = clock.monotonic_ms()
@@ -96,6 +95,7 @@ class Partition:
                 base,
                 self.config.index_interval_bytes,
                 recover=last and not clean_shutdown,
+                closed=not last,
             )
             if report is not None:
                 reports.append(report)
@@ -114,9 +114,14 @@ class Partition:
             self._closed = True
 
     def _set_segments(self, segments: list[Segment]) -> None:
-        # Replaced, never mutated in place, so readers can iterate a snapshot.
-        self._segments = segments
-        self._bases = [s.base_offset for s in segments]
+        # Replaced, never mutated in place, so readers can iterate a snapshot. The list and
+        # its base offsets change together in one assignment: a reader that took them apart
+        # could pair a new list with old bases and skip segments.
+        self._view = (segments, [s.base_offset for s in segments])
+
+    @property
+    def _segments(self) -> list[Segment]:
+        return self._view[0]
 
     # -- offsets ---------------------------------------------------------------------------
 
@@ -221,8 +226,7 @@ class Partition:
         ``max_offset`` (exclusive) caps what is returned, for read_committed fetches.
         Raises ``OffsetOutOfRangeError`` outside [log_start_offset, high_watermark].
         """
-        segments = self._segments
-        bases = self._bases
+        segments, bases = self._view
         hw = segments[-1].next_offset
         start = segments[0].base_offset
         if offset < start or offset > hw:

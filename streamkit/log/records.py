@@ -128,6 +128,8 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHead
 
 def batch_extent(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int]:
     """(base offset, total size) of the batch at ``pos``, from its first 12 bytes."""
+    if len(buf) - pos < LOG_OVERHEAD:
+        raise CorruptRecordError(f"batch at {pos} is cut short inside its first 12 bytes")
     base_offset, batch_length = _OFFSET_LENGTH.unpack_from(buf, pos)
     return base_offset, batch_length + LOG_OVERHEAD
 
@@ -139,22 +141,24 @@ def check_batch(data: bytes | bytearray | memoryview, *, verify_crc: bool = True
     """
     size = len(data)
     if size < BATCH_OVERHEAD:
-        raise CorruptRecordError(f"batch of {size} bytes is shorter than its {BATCH_OVERHEAD}-byte header")
+        raise CorruptRecordError(
+            f"batch of {size} bytes is shorter than its {BATCH_OVERHEAD}-byte header"
+        )
     header = parse_header(data)
     if header.magic != MAGIC:
         raise InvalidRecordError(f"batch magic is {header.magic}, only magic 2 is supported")
     if header.size != size:
         raise CorruptRecordError(f"batch length field says {header.size} bytes, got {size}")
-    if header.last_offset_delta < 0 or header.records_count < 0:
-        raise CorruptRecordError("batch has a negative record count or offset delta")
-    if header.records_count > 0 and header.last_offset_delta < header.records_count - 1:
-        raise CorruptRecordError("batch last offset delta is smaller than its record count")
     if verify_crc:
         actual = crc32c(memoryview(data)[CRC_START:])
         if actual != header.crc:
             raise CorruptRecordError(
                 f"batch CRC mismatch: stored {header.crc:#010x}, computed {actual:#010x}"
             )
+    if header.last_offset_delta < 0 or header.records_count < 0:
+        raise CorruptRecordError("batch has a negative record count or offset delta")
+    if header.records_count > 0 and header.last_offset_delta < header.records_count - 1:
+        raise CorruptRecordError("batch last offset delta is smaller than its record count")
     return header
 
 
@@ -267,8 +271,6 @@ class Record:
 # The smallest record: Length, Attributes, TimestampDelta, OffsetDelta, KeyLength, ValueLength
 # and HeadersCount of one byte each.
 _MIN_RECORD_SIZE = 7
-# The values of the one-byte varints, by byte.
-_ZIGZAG_BYTE = tuple((b >> 1) ^ -(b & 1) for b in range(0x80))
 
 
 def decode_records(header: BatchHeader, data: bytes | bytearray | memoryview) -> list[Record]:
@@ -296,14 +298,13 @@ def decode_records(header: BatchHeader, data: bytes | bytearray | memoryview) ->
     max_ts = header.max_timestamp
     records: list[Record] = []
     append = records.append
-    zigzag = _ZIGZAG_BYTE
     try:
         # The consumer's hot path. Every varint is read inline when it is one byte (the common
         # case for all but Length and ValueLength) and by read_varint otherwise.
         for _ in range(count):
             b = body[pos]
             if b < 0x80:
-                length = zigzag[b]
+                length = (b >> 1) ^ -(b & 1)
                 pos += 1
             else:
                 length, pos = read_varint(body, pos)
@@ -313,19 +314,19 @@ def decode_records(header: BatchHeader, data: bytes | bytearray | memoryview) ->
             pos += 1  # record attributes, unused
             b = body[pos]
             if b < 0x80:
-                ts_delta = zigzag[b]
+                ts_delta = (b >> 1) ^ -(b & 1)
                 pos += 1
             else:
                 ts_delta, pos = read_varint(body, pos)
             b = body[pos]
             if b < 0x80:
-                offset_delta = zigzag[b]
+                offset_delta = (b >> 1) ^ -(b & 1)
                 pos += 1
             else:
                 offset_delta, pos = read_varint(body, pos)
             b = body[pos]
             if b < 0x80:
-                key_len = zigzag[b]
+                key_len = (b >> 1) ^ -(b & 1)
                 pos += 1
             else:
                 key_len, pos = read_varint(body, pos)
@@ -336,7 +337,7 @@ def decode_records(header: BatchHeader, data: bytes | bytearray | memoryview) ->
                 pos += key_len
             b = body[pos]
             if b < 0x80:
-                value_len = zigzag[b]
+                value_len = (b >> 1) ^ -(b & 1)
                 pos += 1
             else:
                 value_len, pos = read_varint(body, pos)
@@ -377,12 +378,22 @@ def decode_records(header: BatchHeader, data: bytes | bytearray | memoryview) ->
 def _decode_headers(body: bytes, pos: int, count: int, out: list[Header]) -> int:
     """Append ``count`` record headers read at ``pos`` to ``out``; return the next position."""
     for _ in range(count):
-        key_len, pos = read_varint(body, pos)
+        b = body[pos]
+        if b < 0x80:
+            key_len = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            key_len, pos = read_varint(body, pos)
         if key_len < 0:
             raise CorruptRecordError("record header key is null")
         key = body[pos : pos + key_len].decode("utf-8")
         pos += key_len
-        value_len, pos = read_varint(body, pos)
+        b = body[pos]
+        if b < 0x80:
+            value_len = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            value_len, pos = read_varint(body, pos)
         if value_len < 0:
             out.append((key, None))
         else:
@@ -391,14 +402,20 @@ def _decode_headers(body: bytes, pos: int, count: int, out: list[Header]) -> int
     return pos
 
 
-def decode_batch(data: bytes | memoryview, *, verify_crc: bool = True) -> tuple[BatchHeader, list[Record]]:
-    """Check one batch and decode its records."""
+def decode_batch(
+    data: bytes | bytearray | memoryview, *, verify_crc: bool = True
+) -> tuple[BatchHeader, list[Record]]:
+    """Check one batch and decode its records.
+
+    Raises ``InvalidRecordError`` (or a subclass) for any malformed input, never another
+    exception type.
+    """
     header = check_batch(data, verify_crc=verify_crc)
     return header, decode_records(header, data)
 
 
 def decode_batches(
-    buf: bytes, *, verify_crc: bool = True, skip_control: bool = True
+    buf: bytes | bytearray | memoryview, *, verify_crc: bool = True, skip_control: bool = True
 ) -> Iterator[tuple[BatchHeader, list[Record]]]:
     """Decode every whole batch in ``buf`` (as a read or a fetch returns them)."""
     view = memoryview(buf)
@@ -417,16 +434,16 @@ def _encode_record(
     value: bytes | None,
     headers: Sequence[Header],
 ) -> None:
-    body = bytearray(b"\x00")
+    body = bytearray(b"\x00")  # record attributes, unused
     write_varint(body, timestamp_delta)
     write_varint(body, offset_delta)
     if key is None:
-        body += b"\x01"  # zigzag(-1)
+        body.append(1)  # zigzag(-1)
     else:
         write_varint(body, len(key))
         body += key
     if value is None:
-        body += b"\x01"
+        body.append(1)
     else:
         write_varint(body, len(value))
         body += value
@@ -436,7 +453,7 @@ def _encode_record(
         write_varint(body, len(encoded))
         body += encoded
         if hval is None:
-            body += b"\x01"
+            body.append(1)
         else:
             write_varint(body, len(hval))
             body += hval
@@ -452,6 +469,10 @@ class NewRecord:
     value: bytes | None
     timestamp: int
     headers: Sequence[Header] = ()
+
+
+_BATCH_TAIL = struct.Struct(">hiqqqhii")  # Attributes .. RecordsCount: the CRC's first 40 bytes
+_BATCH_HEAD = struct.Struct(">qiibI")  # BaseOffset .. CRC
 
 
 def build_batch(
@@ -470,9 +491,10 @@ def build_batch(
     """Encode one batch.
 
     ``NewRecord``s get consecutive offset deltas 0..n-1. ``Record``s keep their own offsets
-    relative to ``base_offset`` (the compactor writes batches with gaps this way).
-    ``last_offset_delta`` overrides the delta stored in the header, so a cleaned batch can keep
-    the offset range of the batch it replaces even when its last records were removed.
+    relative to ``base_offset`` (the compactor writes batches with gaps this way); their
+    offsets must increase. ``last_offset_delta`` overrides the delta stored in the header, so a
+    cleaned batch can keep the offset range of the batch it replaces even when its last records
+    were removed. Raises ``InvalidRecordError`` for what cannot be encoded.
     """
     if not records and last_offset_delta is None:
         raise InvalidRecordError("a batch needs at least one record")
@@ -482,34 +504,44 @@ def build_batch(
     else:
         base_ts = max_ts = -1
     body = bytearray()
-    max_delta = 0
+    max_delta = -1
     for i, rec in enumerate(records):
         delta = rec.offset - base_offset if isinstance(rec, Record) else i
-        if delta < 0:
-            raise InvalidRecordError("a record's offset lies before the batch's base offset")
-        max_delta = max(max_delta, delta)
+        if delta <= max_delta:
+            raise InvalidRecordError(
+                "record offsets must increase and not lie before the batch's base offset"
+            )
+        max_delta = delta
         _encode_record(body, delta, rec.timestamp - base_ts, rec.key, rec.value, rec.headers)
+    lod = max(max_delta, 0) if last_offset_delta is None else last_offset_delta
+    if lod < max(max_delta, 0):
+        raise InvalidRecordError(
+            f"last offset delta {lod} is below the last record's offset delta {max_delta}"
+        )
+    if lod > _INT32_MAX:
+        raise InvalidRecordError(f"offset delta {lod} does not fit a batch (at most 2^31-1)")
     payload = compression.compress(compression_codec, bytes(body))
     attributes = compression_codec & ATTR_CODEC_MASK
     if transactional:
         attributes |= ATTR_TRANSACTIONAL
     if control:
         attributes |= ATTR_CONTROL
-    lod = max_delta if last_offset_delta is None else last_offset_delta
-    tail = struct.pack(
-        ">hiqqqhii",
-        attributes,
-        lod,
-        base_ts,
-        max_ts,
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        len(records),
-    )
-    crc = crc32c(tail + payload)
-    batch_length = BATCH_OVERHEAD - LOG_OVERHEAD + len(payload)
-    head = struct.pack(">qiibI", base_offset, batch_length, partition_leader_epoch, MAGIC, crc)
+    try:
+        tail = _BATCH_TAIL.pack(
+            attributes,
+            lod,
+            base_ts,
+            max_ts,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            len(records),
+        )
+        crc = crc32c(tail + payload)
+        batch_length = BATCH_OVERHEAD - LOG_OVERHEAD + len(payload)
+        head = _BATCH_HEAD.pack(base_offset, batch_length, partition_leader_epoch, MAGIC, crc)
+    except struct.error as exc:
+        raise InvalidRecordError(f"a batch header field is out of range: {exc}") from exc
     return head + tail + payload
 
 

@@ -27,7 +27,9 @@ from streamkit.log.errors import CorruptRecordError, InvalidRecordError
 from streamkit.log.index import OffsetIndex, TimeIndex
 from streamkit.log.records import (
     BATCH_OVERHEAD,
+    CRC_START,
     LOG_OVERHEAD,
+    MAGIC,
     BatchHeader,
     batch_extent,
     check_batch,
@@ -84,6 +86,7 @@ class Segment:
         self._bytes_since_index = 0
         self._fd = -1
         self._dirty = False
+        self._index_suspect = False
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -98,45 +101,71 @@ class Segment:
 
     @classmethod
     def open(
-        cls, directory: Path, base_offset: int, index_interval_bytes: int, *, recover: bool
+        cls,
+        directory: Path,
+        base_offset: int,
+        index_interval_bytes: int,
+        *,
+        recover: bool,
+        closed: bool = False,
     ) -> tuple[Segment, RecoveryReport | None]:
+        """Open an existing segment.
+
+        ``recover`` scans and checks every batch (the active segment after an unclean
+        shutdown). Otherwise the indexes are trusted when they agree with the log, and
+        rebuilt when they do not. ``closed`` says the segment is not the active one: its
+        bytes were fsynced when it was sealed, so a rebuild keeps a batch whose CRC fails
+        (reads of it raise ``CorruptRecordError``) rather than dropping the acknowledged
+        batches behind it; only a break in the batch structure truncates.
+        """
         seg = cls(directory, base_offset, index_interval_bytes)
         seg._open_fd()
         seg.size = os.fstat(seg._fd).st_size
         if recover:
-            return seg, seg._recover("unclean shutdown")
-        index = OffsetIndex.load(seg.index_path, base_offset, seg.size)
+            return seg, seg._recover("unclean shutdown", keep_corrupt=closed)
+        report = seg._open_trusting_indexes()
+        if report is not None:
+            report = seg._recover(report, keep_corrupt=closed)
+        return seg, report
+
+    def _open_trusting_indexes(self) -> str | None:
+        """Load the indexes and learn the segment's end; the reason to rebuild, or None."""
+        base_offset = self.base_offset
+        index = OffsetIndex.load(self.index_path, base_offset, self.size)
         if index is None:
-            return seg, seg._recover("offset index missing or inconsistent")
-        seg.index = index
+            return "offset index missing or inconsistent"
+        self.index = index
         start = 0
         last = index.last_entry()
         if last is not None:
-            seg.next_offset = last[0] + 1
+            self.next_offset = last[0] + 1
             start = last[1]
         # Walk the batches after the last index entry to learn where the segment ends.
         end = start
-        for pos, header in seg._walk(start, seg.size):
+        for pos, header in self._walk(start, self.size):
             expected_last = last[0] if last is not None and pos == start else None
             if (expected_last is not None and header.last_offset != expected_last) or (
-                expected_last is None and header.base_offset < seg.next_offset
+                expected_last is None and header.base_offset < self.next_offset
             ):
-                return seg, seg._recover("index disagrees with the log")
-            seg.next_offset = header.next_offset
-            seg._note_timestamp(header)
+                return "index disagrees with the log"
+            self.next_offset = header.next_offset
+            self._note_timestamp(header)
             end = pos + header.size
-        if end != seg.size or (seg.size and last is None):
-            return seg, seg._recover("log does not end on a batch boundary")
-        time_index = TimeIndex.load(seg.timeindex_path, base_offset, seg.next_offset - base_offset)
+        if end != self.size or (self.size and last is None):
+            return "log does not end on a batch boundary"
+        time_index = TimeIndex.load(
+            self.timeindex_path, base_offset, self.next_offset - 1 - base_offset
+        )
         if time_index is None:
-            return seg, seg._recover("time index missing or inconsistent")
-        seg.time_index = time_index
-        if time_index.max_timestamp > seg.max_timestamp:
-            seg.max_timestamp = time_index.max_timestamp
-        seg._bytes_since_index = seg.size - (last[1] if last else 0)
-        if seg.size:
-            seg.first_batch_timestamp = parse_header(os.pread(seg._fd, BATCH_OVERHEAD, 0)).max_timestamp
-        return seg, None
+            return "time index missing or inconsistent"
+        self.time_index = time_index
+        last_time = time_index.last_entry()
+        if last_time is not None and last_time[0] > self.max_timestamp:
+            self.max_timestamp, self.offset_of_max_timestamp = last_time
+        self._bytes_since_index = self.size - (last[1] if last else 0)
+        if self.size:
+            self.first_batch_timestamp = parse_header(os.pread(self._fd, BATCH_OVERHEAD, 0)).max_timestamp
+        return None
 
     def _open_fd(self) -> None:
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
@@ -144,8 +173,12 @@ class Segment:
         # when the last of them lets go (POSIX keeps an unlinked file readable).
         weakref.finalize(self, _close_quietly, self._fd)
 
-    def _recover(self, reason: str) -> RecoveryReport | None:
-        """Scan every batch, keep the valid prefix, rebuild indexes."""
+    def _recover(self, reason: str, *, keep_corrupt: bool = False) -> RecoveryReport | None:
+        """Scan every batch, keep the valid prefix, rebuild indexes.
+
+        With ``keep_corrupt`` a batch that is whole and in offset order but fails its CRC is
+        kept and indexed (reads of it raise); otherwise it ends the valid prefix.
+        """
         self.index = OffsetIndex(self.index_path, self.base_offset)
         self.time_index = TimeIndex(self.timeindex_path, self.base_offset)
         self.next_offset = self.base_offset
@@ -157,21 +190,30 @@ class Segment:
         valid_end = 0
         problem = ""
         pos = 0
+        kept_corrupt: list[int] = []
         for pos, header, view in self._walk_bodies(0, file_size):
             try:
-                check_batch(view)
+                check_batch(view, verify_crc=False)
             except InvalidRecordError as exc:
-                problem = str(exc)
+                problem = f"batch at position {pos}: {exc}"
                 break
             if header.base_offset < self.next_offset:
                 problem = f"batch at position {pos} goes back to offset {header.base_offset}"
                 break
+            if crc32c(view[CRC_START:]) != header.crc:
+                if not keep_corrupt:
+                    problem = f"batch at position {pos}: CRC mismatch"
+                    break
+                kept_corrupt.append(header.base_offset)
             self._index_batch(header, pos)
             valid_end = pos + header.size
-        else:
-            pos = valid_end
         if valid_end < file_size and not problem:
             problem = "torn batch at the end of the log"
+        if kept_corrupt:
+            problem = "; ".join(
+                [p for p in (problem,) if p]
+                + [f"batches failing their CRC kept at offsets {kept_corrupt} (reads of them fail)"]
+            )
         truncated = file_size - valid_end
         if truncated:
             os.ftruncate(self._fd, valid_end)
@@ -179,7 +221,7 @@ class Segment:
         self.size = valid_end
         self.index.rewrite()
         self.time_index.rewrite()
-        if not truncated and reason == "unclean shutdown":
+        if not truncated and not kept_corrupt and reason == "unclean shutdown":
             return None
         return RecoveryReport(
             path=str(self.log_path),
@@ -291,20 +333,61 @@ class Segment:
     # -- reading ---------------------------------------------------------------------------
 
     def find_position(self, offset: int, end: int | None = None) -> tuple[int, BatchHeader] | None:
-        """Position and header of the first batch whose last offset is >= ``offset``."""
+        """Position and header of the first batch whose last offset is >= ``offset``.
+
+        The walk from the index entry reads headers only; it raises ``CorruptRecordError``
+        when the batch structure breaks before ``end`` (a damaged length, magic or base
+        offset), so damage is reported instead of silently ending the segment early. An index
+        entry that does not name the batch it points at is not trusted again: lookups scan
+        from the start of the segment, and the index is rebuilt on the next open.
+        """
         limit = self.size if end is None else end
-        _, start = self.index.lookup(offset)
-        for pos, header in self._walk(start, limit):
+        start = 0
+        indexed_last = self.base_offset - 1
+        if not self._index_suspect:
+            indexed_last, start = self.index.lookup(offset)
+            if start >= limit:  # an entry for a batch appended after ``end`` was taken
+                indexed_last, start = self.base_offset - 1, 0
+        if start:
+            first = self._header_at(start, limit)
+            if first is None or first.last_offset != indexed_last:
+                self._index_suspect = True
+                start = 0
+        for pos, header in self._scan(start, limit):
             if header.last_offset >= offset:
                 return pos, header
         return None
+
+    def _header_at(self, position: int, limit: int) -> BatchHeader | None:
+        if position + BATCH_OVERHEAD > limit:
+            return None
+        raw = os.pread(self._fd, BATCH_OVERHEAD, position)
+        if len(raw) < BATCH_OVERHEAD:
+            return None
+        return parse_header(raw)
+
+    def _scan(self, start: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
+        """``_walk`` for readers: every batch up to ``end``, or ``CorruptRecordError``."""
+        next_offset = self.base_offset
+        pos = start
+        for pos, header in self._walk(start, end):
+            if header.magic != MAGIC:
+                raise self._corrupt(pos, f"batch magic is {header.magic}")
+            if header.base_offset < next_offset or header.last_offset_delta < 0:
+                raise self._corrupt(pos, f"batch base offset {header.base_offset} is out of order")
+            next_offset = header.next_offset
+            yield pos, header
+            pos += header.size
+        if pos < end:
+            raise self._corrupt(pos, "batch length does not fit the segment")
 
     def read(self, offset: int, max_bytes: int, *, min_one: bool = True) -> bytes:
         """Whole batches starting with the one that holds ``offset``, up to ``max_bytes``.
 
         With ``min_one`` the first batch is returned whole even when it is larger than
         ``max_bytes`` (KIP-74), so a consumer always makes progress. Each batch's CRC is
-        checked before it is returned.
+        checked before it is returned: a damaged first batch raises ``CorruptRecordError``;
+        a damaged later one ends the data returned, so the next read starting there raises.
         """
         end = self.size
         found = self.find_position(offset, end)
@@ -320,15 +403,25 @@ class Segment:
         view = memoryview(data)
         pos = 0
         n = len(data)
-        while pos + LOG_OVERHEAD <= n:
-            _, size = batch_extent(data, pos)
-            if pos + size > n:
+        next_offset = first.base_offset
+        while pos + BATCH_OVERHEAD <= n:
+            base, size = batch_extent(data, pos)
+            if pos + size > n and pos:
                 break
-            if size < BATCH_OVERHEAD or view[pos + 16] != 2:
-                raise self._corrupt(start + pos, "bad batch length or magic")
-            stored = int.from_bytes(view[pos + 17 : pos + 21], "big")
-            if crc32c(view[pos + 21 : pos + size]) != stored:
-                raise self._corrupt(start + pos, "CRC mismatch")
+            problem = ""
+            if size < BATCH_OVERHEAD or pos + size > n or view[pos + 16] != MAGIC:
+                problem = "bad batch length or magic"
+            elif base < next_offset:
+                problem = f"batch base offset {base} is out of order"
+            elif crc32c(view[pos + CRC_START : pos + size]) != int.from_bytes(
+                view[pos + 17 : pos + CRC_START], "big"
+            ):
+                problem = "CRC mismatch"
+            if problem:
+                if pos == 0:
+                    raise self._corrupt(start, problem)
+                break
+            next_offset = base + int.from_bytes(view[pos + 23 : pos + 27], "big", signed=True) + 1
             pos += size
         if pos == 0:
             raise self._corrupt(start, "batch shorter than its length field")
@@ -342,19 +435,25 @@ class Segment:
 
     # -- upkeep ----------------------------------------------------------------------------
 
-    def flush(self, *, fsync: bool = True) -> None:
+    def flush(self, *, fsync: bool = True, fsync_indexes: bool = False) -> None:
+        """Write out what was appended; ``fsync`` makes the log's bytes durable.
+
+        The indexes are written but fsynced only with ``fsync_indexes`` (sealing, closing):
+        after an unclean shutdown the active segment's indexes are rebuilt from the log
+        anyway, so an fsync of them per append would buy nothing.
+        """
         if fsync and self._dirty:
             os.fsync(self._fd)
         self._dirty = False
-        self.index.flush(fsync=fsync)
-        self.time_index.flush(fsync=fsync)
+        self.index.flush(fsync=fsync and fsync_indexes)
+        self.time_index.flush(fsync=fsync and fsync_indexes)
 
     def seal(self) -> None:
         """The segment stops being active: index its final max timestamp and flush it all."""
         if self.max_timestamp >= 0:
             self.time_index.append(self.max_timestamp, self.offset_of_max_timestamp)
         self._dirty = True
-        self.flush(fsync=True)
+        self.flush(fsync=True, fsync_indexes=True)
 
     def truncate_to(self, offset: int) -> None:
         """Remove batches at and after ``offset`` (which must be a batch boundary)."""
@@ -368,7 +467,10 @@ class Segment:
         self._recover("truncation")
 
     def close(self) -> None:
-        self.flush(fsync=True)
+        self.flush(fsync=True, fsync_indexes=True)
+        if self._index_suspect:
+            # A lookup found an entry that names the wrong batch: make the next open rebuild.
+            self.index_path.unlink(missing_ok=True)
 
     def delete(self) -> None:
         for path in (self.log_path, self.index_path, self.timeindex_path):

@@ -358,6 +358,25 @@ class Worker:
 
     # -- introspection ---------------------------------------------------------------------
 
+    async def settle(self) -> bool:
+        """Flush outputs and tell whether every fetched record was processed and nothing more
+        is waiting in the log for this worker (used by ``streamkit.testing``)."""
+        if self._producer is not None:
+            await self._producer.flush()
+        if self._consumer is None:
+            return True
+        for tp, inboxes in self._inboxes.items():
+            for inbox in inboxes:
+                if inbox.size:
+                    return False
+                if any(reader.first_pending(tp) is not None for reader in inbox.readers):
+                    return False
+            hw = self._consumer.highwater(tp)
+            position = self._consumer.position(tp)
+            if hw is not None and (position is None or position < hw):
+                return False
+        return True
+
     def lag(self) -> dict[TopicPartition, int]:
         """Records not yet processed per assigned input partition (high watermark - position)."""
         out: dict[TopicPartition, int] = {}

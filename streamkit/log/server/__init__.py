@@ -1,0 +1,13 @@
+"""The Kafka wire protocol over asyncio: ``streamkit broker`` (kio for message codecs).
+
+Modules, outside in: ``broker`` (lifecycle, listening socket), ``connection`` (one client:
+frames in, responses out, in order), ``dispatch`` (versions, decode, handler, encode),
+``codec`` (the only kio user), the handlers by area (``cluster``, ``produce``, ``fetch``,
+``admin``, ``group_apis``), ``state`` (what handlers share), ``notifier`` (long-poll
+wakeups), ``apis`` (the advertised version table) and ``error_codes`` (Kafka's numbers).
+"""
+
+from streamkit.log.server.broker import Broker
+from streamkit.log.server.config import BrokerConfig
+
+__all__ = ["Broker", "BrokerConfig"]

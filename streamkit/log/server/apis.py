@@ -1,0 +1,75 @@
+"""The API versions this server advertises in ApiVersions, and what each really accepts.
+
+The table follows the research notes (kafka-wire.md §4): only non-flexible versions except
+ApiVersions v3, ranges wide enough for aiokafka, kafka-python, librdkafka 2.x and the old
+librdkafka under Debian's kcat. Two deliberate differences between advertised and served:
+
+* Produce is advertised from v0, because librdkafka < 2.11.1 silently stops compressing
+  unless Produce v0 is listed (KAFKA-18659); v0-2 carry old message formats, so a request
+  at those versions closes the connection;
+* transactions (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit) are listed
+  only when the transaction coordinator is enabled.
+
+kafka-python infers the broker version (2, 4) from this table.
+"""
+
+from __future__ import annotations
+
+PRODUCE = 0
+FETCH = 1
+LIST_OFFSETS = 2
+METADATA = 3
+OFFSET_COMMIT = 8
+OFFSET_FETCH = 9
+FIND_COORDINATOR = 10
+JOIN_GROUP = 11
+HEARTBEAT = 12
+LEAVE_GROUP = 13
+SYNC_GROUP = 14
+DESCRIBE_GROUPS = 15
+LIST_GROUPS = 16
+API_VERSIONS = 18
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
+INIT_PRODUCER_ID = 22
+ADD_PARTITIONS_TO_TXN = 24
+ADD_OFFSETS_TO_TXN = 25
+END_TXN = 26
+TXN_OFFSET_COMMIT = 28
+DESCRIBE_CONFIGS = 32
+
+# api key -> (min, max) advertised
+ADVERTISED: dict[int, tuple[int, int]] = {
+    PRODUCE: (0, 8),
+    FETCH: (4, 11),
+    LIST_OFFSETS: (1, 3),
+    METADATA: (1, 5),
+    OFFSET_COMMIT: (2, 3),
+    OFFSET_FETCH: (1, 3),
+    FIND_COORDINATOR: (0, 1),
+    JOIN_GROUP: (0, 5),
+    HEARTBEAT: (0, 3),
+    LEAVE_GROUP: (0, 1),
+    SYNC_GROUP: (0, 3),
+    DESCRIBE_GROUPS: (0, 3),
+    LIST_GROUPS: (0, 1),
+    API_VERSIONS: (0, 3),
+    CREATE_TOPICS: (2, 4),
+    DELETE_TOPICS: (1, 3),
+    INIT_PRODUCER_ID: (0, 1),
+    DESCRIBE_CONFIGS: (1, 2),
+}
+
+TRANSACTION_APIS: dict[int, tuple[int, int]] = {
+    ADD_PARTITIONS_TO_TXN: (0, 1),
+    ADD_OFFSETS_TO_TXN: (0, 1),
+    END_TXN: (0, 1),
+    TXN_OFFSET_COMMIT: (0, 2),
+}
+
+
+def advertised(*, transactions: bool) -> dict[int, tuple[int, int]]:
+    table = dict(ADVERTISED)
+    if transactions:
+        table.update(TRANSACTION_APIS)
+    return dict(sorted(table.items()))

@@ -1,0 +1,191 @@
+"""The broker: a data directory served over the Kafka wire protocol on one TCP port.
+
+Lifecycle (``async with Broker(...)`` or ``start`` / ``aclose``):
+
+* ``start`` opens the log (off the event loop: recovery may scan segments), starts the group
+  coordinator, registers the append listener that wakes long-polling fetches and binds the
+  listening socket; only then is ``port`` known;
+* ``aclose`` stops accepting, closes every connection (cancelling requests in progress),
+  closes the coordinator (it answers parked joins), waits for every worker-thread append,
+  writes the producer-state snapshots and closes the log, which flushes every partition and
+  marks the shutdown clean. It is idempotent.
+
+The constructor does no I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from streamkit.log.config import TopicConfig
+from streamkit.log.groups.coordinator import GroupCoordinator
+from streamkit.log.groups.messages import GroupConfig
+from streamkit.log.manager import LogManager
+from streamkit.log.producers import ProducerIdAllocator, ProducerStates
+from streamkit.log.server import apis
+from streamkit.log.server.config import BrokerConfig
+from streamkit.log.server.connection import serve_connection
+from streamkit.log.server.dispatch import Dispatcher
+from streamkit.log.server.notifier import AppendNotifier
+from streamkit.log.server.state import BrokerState, load_cluster_id
+
+logger = logging.getLogger(__name__)
+
+
+class Broker:
+    """Serve ``data_dir`` to Kafka clients.
+
+    >>> import asyncio, tempfile
+    >>> async def main() -> bool:
+    ...     async with Broker(tempfile.mkdtemp(), BrokerConfig(port=0)) as broker:
+    ...         return broker.port > 0
+    >>> asyncio.run(main())
+    True
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        config: BrokerConfig | None = None,
+        *,
+        topic_defaults: TopicConfig | None = None,
+        group_config: GroupConfig | None = None,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.config = config or BrokerConfig()
+        self._topic_defaults = topic_defaults
+        self._group_config = group_config
+        self._log: LogManager | None = None
+        self._state: BrokerState | None = None
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    @property
+    def port(self) -> int:
+        if self._state is None:
+            raise RuntimeError("the broker is not started")
+        return self._state.port
+
+    @property
+    def host(self) -> str:
+        return self.config.host
+
+    @property
+    def log(self) -> LogManager:
+        if self._log is None:
+            raise RuntimeError("the broker is not started")
+        return self._log
+
+    async def start(self) -> None:
+        if self._state is not None:
+            return
+        log = LogManager(
+            self.data_dir,
+            defaults=self._topic_defaults,
+            default_partitions=self.config.default_partitions,
+        )
+        await asyncio.to_thread(log.open)
+        self._log = log
+        try:
+            await self._start_serving(log)
+        except BaseException:
+            await asyncio.to_thread(log.close)
+            self._log = None
+            raise
+
+    async def _start_serving(self, log: LogManager) -> None:
+        loop = asyncio.get_running_loop()
+        producers = ProducerStates(self.data_dir, trust_snapshots=log.clean_shutdown)
+        notifier = AppendNotifier(loop)
+        log.add_append_listener(notifier.on_append)
+        coordinator = GroupCoordinator(log.offsets, config=self._group_config)
+        await coordinator.start()
+        state = BrokerState(
+            config=self.config,
+            log=log,
+            producers=producers,
+            producer_ids=ProducerIdAllocator(self.data_dir),
+            notifier=notifier,
+            coordinator=coordinator,
+            cluster_id=load_cluster_id(self.data_dir),
+            api_table=apis.advertised(transactions=False),
+        )
+        self._state = state
+        dispatcher = Dispatcher(state)
+        try:
+            self._server = await asyncio.start_server(
+                lambda r, w: self._accept(r, w, dispatcher),
+                self.config.host,
+                self.config.port,
+                reuse_address=True,
+            )
+        except BaseException:
+            await coordinator.aclose()
+            raise
+        state.port = self._server.sockets[0].getsockname()[1]
+
+    async def _accept(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dispatcher: Dispatcher
+    ) -> None:
+        if self._closed or len(self._connections) >= self.config.max_connections:
+            writer.close()
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        try:
+            await serve_connection(
+                reader,
+                writer,
+                dispatcher,
+                max_frame_bytes=self.config.max_frame_bytes,
+                max_in_flight=self.config.max_in_flight,
+            )
+        finally:
+            self._connections.discard(task)
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        if self._connections:
+            await asyncio.gather(*self._connections, return_exceptions=True)
+        state = self._state
+        if state is not None:
+            await state.coordinator.aclose()
+            await state.drain_blocking()
+            state.notifier.wake_all()
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), timeout=1.0)
+        if self._log is not None:
+            await asyncio.to_thread(self._close_log, state)
+
+    def _close_log(self, state: BrokerState | None) -> None:
+        assert self._log is not None
+        if state is not None:
+            try:
+                state.producers.write_snapshots()
+            except OSError:
+                logger.exception("could not write producer-state snapshots")
+        self._log.close()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()

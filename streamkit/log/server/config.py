@@ -1,0 +1,43 @@
+"""Settings of one wire server (``streamkit broker``), a frozen value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from streamkit._core.errors import ConfigError
+
+DEFAULT_PORT = 9092
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """Where to listen and what to allow.
+
+    ``advertised_host`` is the host clients are told to connect to (Metadata and
+    FindCoordinator answers); it defaults to ``host``. ``port=0`` picks a free port.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    advertised_host: str | None = None
+    node_id: int = 0
+    auto_create_topics: bool = True
+    default_partitions: int = 1
+    max_frame_bytes: int = 100 * MIB  # a larger frame closes its connection
+    max_in_flight: int = 16  # requests read ahead of their responses, per connection
+    max_connections: int = 1024
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"port must be within 0-65535, not {self.port}")
+        if self.default_partitions < 1:
+            raise ConfigError(f"default partitions must be at least 1, not {self.default_partitions}")
+        if self.max_frame_bytes < 1024:
+            raise ConfigError("the maximum frame size must be at least 1024 bytes")
+        if self.max_in_flight < 1 or self.max_connections < 1:
+            raise ConfigError("in-flight and connection limits must be at least 1")
+
+    @property
+    def advertised(self) -> str:
+        return self.advertised_host or self.host

@@ -1,0 +1,98 @@
+"""One client connection: read frames, answer them in order, close on anything unreadable.
+
+Invariants:
+
+* responses leave in request order (clients match them to requests FIFO): one request is
+  handled at a time, while the reader task reads ahead at most ``max_in_flight`` frames;
+* a frame whose size is negative, too small for a header or above ``max_frame_bytes``,
+  an unreadable request, an API we do not serve or a failing handler closes *this*
+  connection after the responses already due; nothing a client sends reaches past its
+  connection, so the broker keeps serving everyone else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+
+from streamkit.log.server.dispatch import Dispatcher
+from streamkit.log.server.errors import ServerError
+
+logger = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+_MIN_FRAME = 8  # api key, api version, correlation id
+
+
+async def serve_connection(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    dispatcher: Dispatcher,
+    *,
+    max_frame_bytes: int,
+    max_in_flight: int,
+) -> None:
+    peer = writer.get_extra_info("peername")
+    queue: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=max_in_flight)
+    try:
+        async with asyncio.TaskGroup() as tasks:
+            reading = tasks.create_task(_read_frames(reader, queue, max_frame_bytes, peer))
+            await _answer(queue, writer, dispatcher, peer)
+            reading.cancel()
+    except* (ConnectionError, OSError) as group:
+        logger.debug("connection %s lost: %s", peer, group.exceptions[0])
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError, OSError):
+            await writer.wait_closed()
+
+
+async def _read_frames(
+    reader: asyncio.StreamReader, queue: asyncio.Queue[bytes | None], max_frame_bytes: int, peer: object
+) -> None:
+    """Queue each frame; queue None at the end (EOF, a bad size, a lost connection)."""
+    await _read_until_end(reader, queue, max_frame_bytes, peer)
+    # Not in a ``finally``: when cancelled, nobody is left to take it.
+    await queue.put(None)
+
+
+async def _read_until_end(
+    reader: asyncio.StreamReader, queue: asyncio.Queue[bytes | None], max_frame_bytes: int, peer: object
+) -> None:
+    try:
+        while True:
+            head = await reader.readexactly(4)
+            (size,) = _SIZE.unpack(head)
+            if size < _MIN_FRAME or size > max_frame_bytes:
+                logger.warning(
+                    "closing connection %s: frame size %d outside [%d, %d]",
+                    peer, size, _MIN_FRAME, max_frame_bytes,
+                )
+                return
+            await queue.put(await reader.readexactly(size))
+    except (asyncio.IncompleteReadError, ConnectionError, OSError):
+        return  # the client closed the connection or it broke
+
+
+async def _answer(
+    queue: asyncio.Queue[bytes | None], writer: asyncio.StreamWriter, dispatcher: Dispatcher, peer: object
+) -> None:
+    client_host = peer[0] if isinstance(peer, tuple) and peer else ""
+    while True:
+        frame = await queue.get()
+        if frame is None:
+            return
+        try:
+            response = await dispatcher.handle(frame, client_host)
+        except ServerError as exc:
+            logger.warning("closing connection %s: %s", peer, exc)
+            return
+        except Exception:
+            # A handler bug must cost this connection only, never the broker.
+            logger.exception("closing connection %s: request failed", peer)
+            return
+        if response is not None:
+            writer.write(response)
+            await writer.drain()

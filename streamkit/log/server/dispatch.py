@@ -1,0 +1,80 @@
+"""From a request frame to a response frame: version checks, decoding, the handler, encoding.
+
+Handlers are ``async (state, header, request) -> response | None``; None means "send
+nothing" (Produce with acks=0). A request this server cannot serve raises a ``ServerError``
+and the connection closes, except ApiVersions at a version above ours, which is answered in
+v0 with UNSUPPORTED_VERSION so the client can retry with a version we listed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import Any
+
+from streamkit.log.server import admin, apis, cluster, fetch, group_apis, produce
+from streamkit.log.server.codec import (
+    RequestHeader,
+    decode_request,
+    encode_api_versions_error,
+    encode_response,
+    is_implemented,
+    peek_header,
+)
+from streamkit.log.server.errors import UnsupportedRequestError
+from streamkit.log.server.state import BrokerState
+
+Handler = Callable[[BrokerState, RequestHeader, Any], Awaitable[object | None]]
+
+HANDLERS: dict[int, Handler] = {
+    apis.PRODUCE: produce.produce,
+    apis.FETCH: fetch.fetch,
+    apis.LIST_OFFSETS: fetch.list_offsets,
+    apis.METADATA: cluster.metadata,
+    apis.OFFSET_COMMIT: group_apis.offset_commit,
+    apis.OFFSET_FETCH: group_apis.offset_fetch,
+    apis.FIND_COORDINATOR: cluster.find_coordinator,
+    apis.JOIN_GROUP: group_apis.join_group,
+    apis.HEARTBEAT: group_apis.heartbeat,
+    apis.LEAVE_GROUP: group_apis.leave_group,
+    apis.SYNC_GROUP: group_apis.sync_group,
+    apis.DESCRIBE_GROUPS: group_apis.describe_groups,
+    apis.LIST_GROUPS: group_apis.list_groups,
+    apis.API_VERSIONS: cluster.api_versions,
+    apis.CREATE_TOPICS: admin.create_topics,
+    apis.DELETE_TOPICS: admin.delete_topics,
+    apis.INIT_PRODUCER_ID: produce.init_producer_id,
+    apis.DESCRIBE_CONFIGS: admin.describe_configs,
+}
+
+
+class Dispatcher:
+    def __init__(self, state: BrokerState, handlers: dict[int, Handler] | None = None) -> None:
+        self.state = state
+        self.handlers = dict(HANDLERS if handlers is None else handlers)
+
+    async def handle(self, frame: bytes, client_host: str = "") -> bytes | None:
+        """The response frame for one request frame, or None when none is due."""
+        header = replace(peek_header(frame), client_host=client_host)
+        table = self.state.api_table
+        if header.api_key == apis.API_VERSIONS and not (
+            table[apis.API_VERSIONS][0] <= header.api_version <= table[apis.API_VERSIONS][1]
+        ):
+            entries = [(key, lo, hi) for key, (lo, hi) in table.items()]
+            return encode_api_versions_error(header.correlation_id, entries)
+        advertised = table.get(header.api_key)
+        handler = self.handlers.get(header.api_key)
+        if (
+            advertised is None
+            or handler is None
+            or not advertised[0] <= header.api_version <= advertised[1]
+            or not is_implemented(header.api_key, header.api_version)
+        ):
+            raise UnsupportedRequestError(
+                f"api key {header.api_key} version {header.api_version} is not served"
+            )
+        request = decode_request(frame, header)
+        response = await handler(self.state, header, request)
+        if response is None:
+            return None
+        return encode_response(header, response)

@@ -1,0 +1,219 @@
+"""Fetch (v4-v11) and ListOffsets (v1-v3).
+
+Fetch serves whole batches straight from segment bytes (``Partition.read``): the batch
+holding the fetch offset comes first, whole, even if it starts before the offset or is
+larger than the byte limits (KIP-74), so a consumer always makes progress. Every requested
+partition is in the response, with empty records when there is nothing to send, because
+kafka-python drops a full-fetch response that leaves one out.
+
+Long poll: while fewer than ``min_bytes`` are ready and ``max_wait_ms`` has not passed, the
+request waits for an append to one of its partitions (``AppendNotifier``). It registers
+before re-reading, so no append is missed. Errors answer at once.
+
+read_committed (``isolation_level=1``) reads only below the last stable offset and lists
+the aborted transactions overlapping the data returned; with no transactions open the LSO
+is the high watermark and the list is empty. Sessions (KIP-227) are not kept: every answer
+has session id 0, which makes clients send full fetches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from streamkit._core.types import TopicPartition
+from streamkit.log.errors import OffsetOutOfRangeError, UnknownTopicError
+from streamkit.log.manager import INTERNAL_TOPICS
+from streamkit.log.partition import Partition
+from streamkit.log.records import iter_batches
+from streamkit.log.server.codec import RequestHeader
+from streamkit.log.server.error_codes import ErrorCode
+from streamkit.log.server.messages import (
+    FetchableTopicResponse,
+    FetchAbortedTransaction,
+    FetchPartitionData,
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsPartitionResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListOffsetsTopicResponse,
+)
+from streamkit.log.server.state import BrokerState
+
+READ_COMMITTED = 1
+LATEST = -1
+EARLIEST = -2
+_MAX_WAIT_MS = 30_000
+
+
+async def fetch(state: BrokerState, header: RequestHeader, request: FetchRequest) -> FetchResponse:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + min(max(request.max_wait_ms, 0), _MAX_WAIT_MS) / 1000
+    tps = [TopicPartition(t.topic, p.partition) for t in request.topics for p in t.partitions]
+    response, ready, failed = _collect(state, request)
+    while ready < request.min_bytes and not failed:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            break
+        waiter = state.notifier.register(tps)
+        try:
+            response, ready, failed = _collect(state, request)
+            if ready >= request.min_bytes or failed:
+                break
+            await asyncio.wait([waiter], timeout=remaining)
+        finally:
+            state.notifier.discard(waiter, tps)
+        response, ready, failed = _collect(state, request)
+    return response
+
+
+def _collect(state: BrokerState, request: FetchRequest) -> tuple[FetchResponse, int, bool]:
+    """Read every requested partition now: (response, bytes of records, any partition failed)."""
+    budget = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
+    total = 0
+    failed = False
+    topics = []
+    for topic in request.topics:
+        parts = []
+        for wanted in topic.partitions:
+            # The first data in the response may exceed the budget (one whole batch); after
+            # that each partition gets what is left of it.
+            max_bytes = wanted.partition_max_bytes
+            if total:
+                max_bytes = min(max_bytes, budget - total)
+            data = _read_partition(
+                state,
+                topic.topic,
+                wanted.partition,
+                wanted.fetch_offset,
+                max_bytes,
+                request.isolation_level,
+                skip=total > 0 and max_bytes <= 0,
+            )
+            if data.error_code:
+                failed = True
+            total += len(data.records or b"")
+            parts.append(data)
+        topics.append(FetchableTopicResponse(topic=topic.topic, partitions=parts))
+    return FetchResponse(responses=topics, session_id=0), total, failed
+
+
+def _read_partition(
+    state: BrokerState,
+    topic: str,
+    index: int,
+    offset: int,
+    max_bytes: int,
+    isolation_level: int,
+    *,
+    skip: bool,
+) -> FetchPartitionData:
+    try:
+        if topic in INTERNAL_TOPICS:
+            raise UnknownTopicError(topic)
+        partition = state.log.partition(topic, index)
+    except UnknownTopicError:
+        return FetchPartitionData(
+            partition_index=index,
+            error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            high_watermark=-1,
+            last_stable_offset=-1,
+            log_start_offset=-1,
+            records=b"",
+        )
+    hw = partition.high_watermark
+    lso = last_stable_offset(state, partition)
+    committed = isolation_level == READ_COMMITTED
+    records = b""
+    error = ErrorCode.NONE
+    if not skip:
+        try:
+            records = partition.read(
+                offset, max(max_bytes, 1), max_offset=lso if committed else None
+            )
+        except OffsetOutOfRangeError:
+            error = ErrorCode.OFFSET_OUT_OF_RANGE
+    aborted: list[FetchAbortedTransaction] | None = None
+    if committed:
+        aborted = _aborted(state, partition, offset, records)
+    return FetchPartitionData(
+        partition_index=index,
+        error_code=error,
+        high_watermark=hw,
+        last_stable_offset=lso,
+        log_start_offset=partition.log_start_offset,
+        aborted_transactions=aborted,
+        records=records,
+    )
+
+
+def last_stable_offset(state: BrokerState, partition: Partition) -> int:
+    hw = partition.high_watermark
+    producers = state.producers.peek(partition.tp)
+    if producers is None:
+        return hw
+    first = producers.first_unstable_offset()
+    return hw if first is None else min(first, hw)
+
+
+def _aborted(
+    state: BrokerState, partition: Partition, offset: int, records: bytes
+) -> list[FetchAbortedTransaction]:
+    producers = state.producers.peek(partition.tp)
+    if producers is None or not producers.aborted or not records:
+        return []
+    end = offset
+    for _pos, batch in iter_batches(records):
+        end = batch.next_offset
+    return [
+        FetchAbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
+        for a in producers.aborted_between(offset, end)
+    ]
+
+
+async def list_offsets(
+    state: BrokerState, header: RequestHeader, request: ListOffsetsRequest
+) -> ListOffsetsResponse:
+    topics = []
+    for topic in request.topics:
+        parts = []
+        for wanted in topic.partitions:
+            parts.append(
+                await _list_offset(
+                    state, topic.name, wanted.partition_index, wanted.timestamp, request.isolation_level
+                )
+            )
+        topics.append(ListOffsetsTopicResponse(name=topic.name, partitions=parts))
+    return ListOffsetsResponse(topics=topics)
+
+
+async def _list_offset(
+    state: BrokerState, topic: str, index: int, timestamp: int, isolation_level: int
+) -> ListOffsetsPartitionResponse:
+    try:
+        if topic in INTERNAL_TOPICS:
+            raise UnknownTopicError(topic)
+        partition = state.log.partition(topic, index)
+    except UnknownTopicError:
+        return ListOffsetsPartitionResponse(
+            partition_index=index, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        )
+    if timestamp == LATEST:
+        offset = (
+            last_stable_offset(state, partition)
+            if isolation_level == READ_COMMITTED
+            else partition.high_watermark
+        )
+        return ListOffsetsPartitionResponse(partition_index=index, timestamp=-1, offset=offset)
+    if timestamp == EARLIEST:
+        return ListOffsetsPartitionResponse(
+            partition_index=index, timestamp=-1, offset=partition.log_start_offset
+        )
+    if timestamp < 0:
+        return ListOffsetsPartitionResponse(
+            partition_index=index, error_code=ErrorCode.INVALID_REQUEST
+        )
+    found = await state.run_blocking(partition.offset_for_timestamp, timestamp)
+    if found is None:
+        return ListOffsetsPartitionResponse(partition_index=index, timestamp=-1, offset=-1)
+    return ListOffsetsPartitionResponse(partition_index=index, timestamp=found[1], offset=found[0])

@@ -1,0 +1,199 @@
+"""Consumer-group requests, translated to and from ``GroupCoordinator`` calls.
+
+JoinGroup v0-5, SyncGroup v0-3, Heartbeat v0-3, LeaveGroup v0-1, OffsetCommit v2-3,
+OffsetFetch v1-3, ListGroups v0-1 and DescribeGroups v0-3. The coordinator decides
+everything (membership, generations, timeouts, which commits are valid); this module only
+moves fields. JoinGroup and SyncGroup may wait here while the group rebalances; the
+connection answers nothing else meanwhile, as the protocol expects.
+"""
+
+from __future__ import annotations
+
+from streamkit._core.types import TopicPartition
+from streamkit.log.server.codec import RequestHeader
+from streamkit.log.server.messages import (
+    DescribeGroupsDescribedGroup,
+    DescribeGroupsDescribedGroupMember,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    JoinGroupResponseMember,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListGroupsListedGroup,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetCommitResponsePartition,
+    OffsetCommitResponseTopic,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    OffsetFetchResponsePartition,
+    OffsetFetchResponseTopic,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from streamkit.log.server.state import BrokerState
+
+_KNOWN_MEMBER_ID_VERSION = 4  # JoinGroup v4+: a new member first gets MEMBER_ID_REQUIRED
+
+
+async def join_group(
+    state: BrokerState, header: RequestHeader, request: JoinGroupRequest
+) -> JoinGroupResponse:
+    result = await state.coordinator.join_group(
+        request.group_id,
+        request.member_id,
+        protocol_type=request.protocol_type,
+        protocols=[(p.name, p.metadata) for p in request.protocols],
+        session_timeout_ms=request.session_timeout_ms,
+        rebalance_timeout_ms=request.rebalance_timeout_ms if header.api_version >= 1 else -1,
+        group_instance_id=request.group_instance_id,
+        client_id=header.client_id or "",
+        client_host=header.client_host,
+        require_known_member_id=header.api_version >= _KNOWN_MEMBER_ID_VERSION,
+    )
+    return JoinGroupResponse(
+        error_code=result.error,
+        generation_id=result.generation_id,
+        protocol_name=result.protocol_name,
+        leader=result.leader,
+        member_id=result.member_id,
+        members=[
+            JoinGroupResponseMember(
+                member_id=m.member_id, group_instance_id=m.group_instance_id, metadata=m.metadata
+            )
+            for m in result.members
+        ],
+    )
+
+
+async def sync_group(
+    state: BrokerState, header: RequestHeader, request: SyncGroupRequest
+) -> SyncGroupResponse:
+    result = await state.coordinator.sync_group(
+        request.group_id,
+        request.generation_id,
+        request.member_id,
+        [(a.member_id, a.assignment) for a in request.assignments],
+        group_instance_id=request.group_instance_id,
+    )
+    return SyncGroupResponse(error_code=result.error, assignment=result.assignment)
+
+
+async def heartbeat(
+    state: BrokerState, header: RequestHeader, request: HeartbeatRequest
+) -> HeartbeatResponse:
+    result = await state.coordinator.heartbeat(
+        request.group_id,
+        request.generation_id,
+        request.member_id,
+        group_instance_id=request.group_instance_id,
+    )
+    return HeartbeatResponse(error_code=result.error)
+
+
+async def leave_group(
+    state: BrokerState, header: RequestHeader, request: LeaveGroupRequest
+) -> LeaveGroupResponse:
+    result = await state.coordinator.leave_group(request.group_id, request.member_id)
+    return LeaveGroupResponse(error_code=result.error)
+
+
+async def offset_commit(
+    state: BrokerState, header: RequestHeader, request: OffsetCommitRequest
+) -> OffsetCommitResponse:
+    offsets = {
+        TopicPartition(topic.name, p.partition_index): (p.committed_offset, p.committed_metadata or "")
+        for topic in request.topics
+        for p in topic.partitions
+    }
+    result = await state.coordinator.commit_offsets(
+        request.group_id, request.generation_id_or_member_epoch, request.member_id, offsets
+    )
+    return OffsetCommitResponse(
+        topics=[
+            OffsetCommitResponseTopic(
+                name=topic.name,
+                partitions=[
+                    OffsetCommitResponsePartition(
+                        partition_index=p.partition_index,
+                        error_code=result.errors[TopicPartition(topic.name, p.partition_index)],
+                    )
+                    for p in topic.partitions
+                ],
+            )
+            for topic in request.topics
+        ]
+    )
+
+
+async def offset_fetch(
+    state: BrokerState, header: RequestHeader, request: OffsetFetchRequest
+) -> OffsetFetchResponse:
+    wanted = None
+    if request.topics is not None:
+        wanted = [TopicPartition(t.name, p) for t in request.topics for p in t.partition_indexes]
+    result = await state.coordinator.fetch_offsets(request.group_id, wanted)
+    by_topic: dict[str, list[OffsetFetchResponsePartition]] = {}
+    offsets = result.offsets
+    order = wanted if wanted is not None else sorted(offsets)
+    for tp in order:
+        offset, metadata = offsets.get(tp, (-1, ""))
+        by_topic.setdefault(tp.topic, []).append(
+            OffsetFetchResponsePartition(
+                partition_index=tp.partition,
+                committed_offset=offset,
+                metadata=metadata,
+                error_code=result.error,
+            )
+        )
+    return OffsetFetchResponse(
+        topics=[OffsetFetchResponseTopic(name=name, partitions=parts) for name, parts in by_topic.items()],
+        error_code=result.error,
+    )
+
+
+async def list_groups(
+    state: BrokerState, header: RequestHeader, request: ListGroupsRequest
+) -> ListGroupsResponse:
+    result = await state.coordinator.list_groups()
+    return ListGroupsResponse(
+        error_code=result.error,
+        groups=[
+            ListGroupsListedGroup(group_id=g.group_id, protocol_type=g.protocol_type)
+            for g in result.groups
+        ],
+    )
+
+
+async def describe_groups(
+    state: BrokerState, header: RequestHeader, request: DescribeGroupsRequest
+) -> DescribeGroupsResponse:
+    descriptions = await state.coordinator.describe_groups(request.groups)
+    return DescribeGroupsResponse(
+        groups=[
+            DescribeGroupsDescribedGroup(
+                error_code=d.error,
+                group_id=d.group_id,
+                group_state=str(d.state),
+                protocol_type=d.protocol_type,
+                protocol_data=d.protocol_name,
+                members=[
+                    DescribeGroupsDescribedGroupMember(
+                        member_id=m.member_id,
+                        client_id=m.client_id,
+                        client_host=m.client_host,
+                        member_metadata=m.metadata,
+                        member_assignment=m.assignment,
+                    )
+                    for m in d.members
+                ],
+            )
+            for d in descriptions
+        ]
+    )

@@ -1,0 +1,152 @@
+"""Produce (v3-v8) and InitProducerId (v0-v1).
+
+Each partition's data must be exactly one magic-2 record batch. It is checked from its
+61-byte header and CRC only (``check_batch``), never decoded record by record, then handed
+to ``ProducerStates.append``, which applies the idempotence checks and appends the bytes as
+they came, with only the base offset stamped. Errors are per partition; one bad partition
+does not fail the others. acks=0 requests get no response at all (the client reserved no
+slot for one); acks 1 and -1 are the same on a single node.
+
+Appends that may fsync (a topic with ``flush.messages`` set) run in a worker thread; plain
+appends are page-cache writes and run inline.
+"""
+
+from __future__ import annotations
+
+from streamkit.log.errors import InvalidRecordError, LogError, UnknownTopicError
+from streamkit.log.manager import INTERNAL_TOPICS
+from streamkit.log.partition import AppendResult
+from streamkit.log.producers import (
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
+    ProducerStateError,
+)
+from streamkit.log.records import BATCH_OVERHEAD, check_batch, parse_header
+from streamkit.log.server.codec import RequestHeader
+from streamkit.log.server.error_codes import ErrorCode, code_for
+from streamkit.log.server.messages import (
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ProducePartitionProduceData,
+    ProducePartitionProduceResponse,
+    ProduceRequest,
+    ProduceResponse,
+    ProduceTopicProduceResponse,
+)
+from streamkit.log.server.state import BrokerState
+
+_ZSTD = 4
+_MAX_CODEC = 4
+_ZSTD_MIN_VERSION = 7
+
+
+async def produce(
+    state: BrokerState, header: RequestHeader, request: ProduceRequest
+) -> ProduceResponse | None:
+    acks_ok = request.acks in (0, 1, -1)
+    responses = []
+    for topic in request.topic_data:
+        partitions = []
+        for data in topic.partition_data:
+            if acks_ok:
+                result = await _produce_partition(state, header, request, topic.name, data)
+            else:
+                result = _error(data.index, ErrorCode.INVALID_REQUIRED_ACKS, f"acks={request.acks}")
+            partitions.append(result)
+        responses.append(ProduceTopicProduceResponse(name=topic.name, partition_responses=partitions))
+    if request.acks == 0:
+        return None
+    return ProduceResponse(responses=responses)
+
+
+def _error(index: int, code: ErrorCode, message: str | None = None) -> ProducePartitionProduceResponse:
+    return ProducePartitionProduceResponse(
+        index=index, error_code=code, base_offset=-1, log_start_offset=-1, error_message=message
+    )
+
+
+async def _produce_partition(
+    state: BrokerState,
+    header: RequestHeader,
+    request: ProduceRequest,
+    topic: str,
+    data: ProducePartitionProduceData,
+) -> ProducePartitionProduceResponse:
+    index = data.index
+    if topic in INTERNAL_TOPICS:
+        return _error(index, ErrorCode.INVALID_TOPIC_EXCEPTION, f"{topic} is internal")
+    try:
+        partition = state.log.partition(topic, index)
+    except UnknownTopicError as exc:
+        return _error(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, str(exc))
+    records = data.records
+    if not records:
+        return _error(index, ErrorCode.INVALID_RECORD, "no record batch")
+    if len(records) > partition.config.max_message_bytes:
+        return _error(
+            index,
+            ErrorCode.MESSAGE_TOO_LARGE,
+            f"{len(records)} bytes exceed max.message.bytes={partition.config.max_message_bytes}",
+        )
+    if len(records) >= BATCH_OVERHEAD:
+        first = parse_header(records)
+        if first.size < len(records) and first.magic == 2:
+            return _error(index, ErrorCode.INVALID_RECORD, "more than one record batch")
+    try:
+        batch = check_batch(records)
+    except InvalidRecordError as exc:
+        return _error(index, code_for(exc), str(exc))
+    if batch.compression > _MAX_CODEC:
+        return _error(index, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"codec {batch.compression}")
+    if batch.compression == _ZSTD and header.api_version < _ZSTD_MIN_VERSION:
+        return _error(index, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, "zstd needs Produce v7+")
+    if batch.is_control:
+        return _error(index, ErrorCode.INVALID_RECORD, "clients may not write control batches")
+    if batch.is_transactional:
+        txn = state.transactions
+        if txn is None or request.transactional_id is None:
+            return _error(index, ErrorCode.INVALID_TXN_STATE, "transactions are not enabled")
+        refusal = txn.check_produce(request.transactional_id, batch, partition.tp)  # type: ignore[attr-defined]
+        if refusal is not None:
+            return _error(index, refusal)
+    try:
+        if partition.config.flush_messages:
+            result: AppendResult = await state.run_blocking(
+                state.producers.append, partition, batch, records
+            )
+        else:
+            result = state.producers.append(partition, batch, records)
+    except ProducerStateError as exc:
+        return _error(index, _producer_error_code(exc), str(exc))
+    except LogError as exc:
+        return _error(index, code_for(exc), str(exc))
+    return ProducePartitionProduceResponse(
+        index=index,
+        base_offset=result.base_offset,
+        log_append_time_ms=result.log_append_time_ms,
+        log_start_offset=result.log_start_offset,
+    )
+
+
+def _producer_error_code(exc: ProducerStateError) -> ErrorCode:
+    if isinstance(exc, OutOfOrderSequenceError):
+        return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    if isinstance(exc, InvalidProducerEpochError):
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    return ErrorCode.UNKNOWN_PRODUCER_ID
+
+
+async def init_producer_id(
+    state: BrokerState, header: RequestHeader, request: InitProducerIdRequest
+) -> InitProducerIdResponse:
+    if request.transactional_id is not None:
+        txn = state.transactions
+        if txn is None:
+            return InitProducerIdResponse(
+                error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                producer_id=-1,
+                producer_epoch=-1,
+            )
+        return await txn.init_producer_id(request)  # type: ignore[attr-defined,no-any-return]
+    producer_id = await state.run_blocking(state.producer_ids.allocate)
+    return InitProducerIdResponse(producer_id=producer_id, producer_epoch=0)

@@ -1,0 +1,64 @@
+"""What every request handler shares: the log, producer state, settings and helpers.
+
+``run_blocking`` moves a call that may fsync or scan the disk off the event loop and
+tracks it, so shutdown can wait for every such call before it closes the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from streamkit.log.groups.coordinator import GroupCoordinator
+from streamkit.log.manager import LogManager
+from streamkit.log.producers import ProducerIdAllocator, ProducerStates
+from streamkit.log.server.config import BrokerConfig
+from streamkit.log.server.notifier import AppendNotifier
+
+T = TypeVar("T")
+
+
+@dataclass
+class BrokerState:
+    config: BrokerConfig
+    log: LogManager
+    producers: ProducerStates
+    producer_ids: ProducerIdAllocator
+    notifier: AppendNotifier
+    coordinator: GroupCoordinator
+    cluster_id: str
+    api_table: dict[int, tuple[int, int]]
+    port: int = 0  # the port actually bound (``config.port`` may be 0)
+    transactions: object | None = None
+    _pending: set[asyncio.Future[Any]] = field(default_factory=set)
+
+    async def run_blocking(self, fn: Callable[..., T], *args: object) -> T:
+        """Run ``fn(*args)`` in a worker thread; shutdown waits for it even if we are cancelled."""
+        fut: asyncio.Future[T] = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+        self._pending.add(fut)
+        fut.add_done_callback(self._pending.discard)
+        return await asyncio.shield(fut)
+
+    async def drain_blocking(self) -> None:
+        """Wait for every call started by ``run_blocking``."""
+        while self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)
+
+
+def load_cluster_id(data_dir: Path) -> str:
+    """A stable cluster id for the data directory, created on first use."""
+    path = data_dir / ".broker" / "cluster-id"
+    if path.exists():
+        text = path.read_text().strip()
+        if text:
+            return text
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cluster_id = uuid.uuid4().hex[:22]
+    tmp = path.with_name("cluster-id.tmp")
+    tmp.write_text(cluster_id + "\n")
+    tmp.replace(path)
+    return cluster_id

@@ -1,0 +1,251 @@
+"""The engine end to end on the embedded log, through the public test kit."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import streamkit as sk
+from streamkit.testing import AppDriver
+
+
+class Order(sk.Record):
+    order_id: str
+    user: str
+    amount: float
+
+
+def make_app(**options: object) -> sk.App:
+    return sk.App("shop", **options)  # type: ignore[arg-type]
+
+
+async def test_map_filter_yield_to_sink() -> None:
+    app = make_app()
+    orders = app.topic("orders", value_type=Order, partitions=3)
+    big = app.topic("big-orders", value_type=Order, partitions=2)
+
+    @app.agent(orders, sink=[big])
+    async def only_big(stream: sk.Stream):  # type: ignore[no-untyped-def]
+        async for order in stream.filter(lambda o: o.amount >= 10).map(lambda o: Order(o.order_id, o.user.upper(), o.amount)):
+            yield order
+
+    async with AppDriver(app) as driver:
+        for i in range(30):
+            await driver.send(orders, Order(f"o{i}", f"u{i % 4}", float(i)), key=f"o{i}")
+        await driver.process()
+        out = await driver.read(big)
+    assert sorted(e.value.order_id for e in out) == sorted(f"o{i}" for i in range(10, 30))
+    assert all(e.value.user.startswith("U") for e in out)
+    # the output keeps the input's key and event time
+    assert {e.key for e in out} == {f"o{i}".encode() for i in range(10, 30)}
+
+
+async def test_per_partition_order_is_kept() -> None:
+    app = make_app()
+    numbers = app.topic("numbers", key_type=str, value_type=int, partitions=4)
+    seen: dict[str, list[int]] = {}
+
+    @app.agent(numbers)
+    async def collect(stream: sk.Stream) -> None:
+        async for key, value in stream.items():
+            seen.setdefault(key, []).append(value)
+
+    async with AppDriver(app) as driver:
+        for i in range(200):
+            await driver.send(numbers, i, key=f"k{i % 7}")
+        await driver.process()
+    assert set(seen) == {f"k{j}" for j in range(7)}
+    for key, values in seen.items():
+        assert values == sorted(values), key
+        assert len(values) == len([i for i in range(200) if f"k{i % 7}" == key])
+
+
+async def test_group_by_repartitions_so_each_key_meets_in_one_partition() -> None:
+    app = make_app()
+    orders = app.topic("orders", value_type=Order, partitions=4)
+    where: dict[str, set[int]] = {}
+    totals: dict[str, float] = {}
+
+    @app.agent(orders)
+    async def by_user(stream: sk.Stream) -> None:
+        async for event in stream.group_by(Order.user).events():
+            where.setdefault(event.key, set()).add(event.partition)
+            totals[event.key] = totals.get(event.key, 0.0) + event.value.amount
+
+    async with AppDriver(app) as driver:
+        for i in range(100):
+            # keyed by order id: each user's orders start out spread over partitions
+            await driver.send(orders, Order(f"o{i}", f"user{i % 5}", 1.0), key=f"o{i}")
+        await driver.process()
+        assert "shop-by_user-user-repartition" in app.topics
+    assert totals == {f"user{j}": 20.0 for j in range(5)}
+    assert all(len(parts) == 1 for parts in where.values())
+
+
+async def test_bad_records_and_failing_handler_go_to_the_dead_letter_topic() -> None:
+    app = make_app()
+    orders = app.topic("orders", value_type=Order)
+    done: list[str] = []
+
+    @app.agent(orders)
+    async def handle(stream: sk.Stream) -> None:
+        async for order in stream:
+            if order.amount < 0:
+                raise ValueError(f"negative amount in {order.order_id}")
+            done.append(order.order_id)
+
+    raw = app.topic("orders", value_type=Order)
+    async with AppDriver(app) as driver:
+        await driver.send(raw, Order("a", "u", 1.0))
+        await driver.send(raw, Order("b", "u", -1.0))
+        await driver.send(app.topic("orders-raw-view", value_serializer="raw"), b"x")  # unrelated topic
+        # an undecodable value, written with a raw serializer straight into "orders"
+        await driver.send(orders, Order("c", "u", 2.0))
+        pending = await sk.Topic(app, "orders", value_serializer="raw").send(value=b"{not json")
+        await pending
+        await driver.send(orders, Order("d", "u", 3.0))
+        await driver.process()
+        dead = await driver.dead_letters()
+    assert done == ["a", "c", "d"]
+    assert len(dead) == 2
+    errors = [dict(e.headers)["streamkit.error"].decode() for e in dead]
+    assert "negative amount in b" in errors[0]
+    assert "does not decode" in errors[1] and "orders-0 offset 3" in errors[1]
+    assert dict(dead[1].headers)["streamkit.source.offset"] == b"3"
+    assert dead[1].value == b"{not json"
+
+
+async def test_on_error_stop_stops_the_worker() -> None:
+    app = make_app(on_error="stop")
+    orders = app.topic("orders", value_type=int)
+
+    @app.agent(orders)
+    async def fragile(stream: sk.Stream) -> None:
+        async for value in stream:
+            if value == 3:
+                raise RuntimeError("boom")
+
+    async with AppDriver(app) as driver:
+        for i in range(5):
+            await driver.send(orders, i)
+        with pytest.raises(RuntimeError, match="boom"):
+            await asyncio.wait_for(driver.worker.wait(), 5)
+
+
+async def test_take_batches_and_enumerate_and_echo() -> None:
+    app = make_app()
+    src = app.topic("src", value_type=int)
+    copy = app.topic("copy", value_type=int)
+    batches: list[list[int]] = []
+
+    @app.agent(src)
+    async def batcher(stream: sk.Stream) -> None:
+        async for batch in stream.echo(copy).take(10, within=0.05):
+            batches.append(batch)
+
+    async with AppDriver(app) as driver:
+        for i in range(25):
+            await driver.send(src, i)
+        await driver.process()
+        await asyncio.sleep(0.1)
+        await driver.process()
+        copied = [e.value for e in await driver.read(copy)]
+    assert [v for b in batches for v in b] == list(range(25))
+    assert all(len(b) <= 10 for b in batches)
+    assert copied == list(range(25))
+
+
+async def test_agent_send_cast_timer_and_task() -> None:
+    app = make_app()
+    ticks: list[int] = []
+    got: list[str] = []
+
+    @app.agent()
+    async def greeter(stream: sk.Stream) -> None:
+        async for name in stream:
+            got.append(name)
+
+    @app.timer(interval=10.0)
+    async def tick() -> None:
+        ticks.append(1)
+        await greeter.cast(value="from-timer")
+
+    @app.task
+    async def on_start() -> None:
+        await greeter.send(value="from-task")
+
+    async with AppDriver(app) as driver:
+        await driver.process()
+        assert got == ["from-task"]
+        await driver.advance(5)
+        assert ticks == []
+        await driver.advance(5)
+        await driver.advance(10)
+        assert len(ticks) == 2
+    assert got == ["from-task", "from-timer", "from-timer"]
+
+
+async def test_merge_of_several_topics_and_concurrency() -> None:
+    app = make_app()
+    a = app.topic("a", value_type=int)
+    b = app.topic("b", value_type=int)
+    seen: list[int] = []
+
+    @app.agent([a, b], concurrency=3)
+    async def both(stream: sk.Stream) -> None:
+        async for value in stream:
+            await asyncio.sleep(0)
+            seen.append(value)
+
+    async with AppDriver(app) as driver:
+        for i in range(20):
+            await driver.send(a, i)
+            await driver.send(b, 100 + i)
+        await driver.process()
+    assert sorted(seen) == sorted([*range(20), *range(100, 120)])
+
+
+async def test_event_time_flows_to_outputs() -> None:
+    app = make_app()
+    src = app.topic("src", value_type=int)
+    dst = app.topic("dst", value_type=int)
+
+    @app.agent(src, sink=[dst])
+    async def double(stream: sk.Stream):  # type: ignore[no-untyped-def]
+        async for v in stream:
+            yield v * 2
+
+    async with AppDriver(app) as driver:
+        await driver.send(src, 21, timestamp=1_600_000_000_123)
+        await driver.process()
+        out = await driver.read(dst)
+    assert [(e.value, e.timestamp) for e in out] == [(42, 1_600_000_000_123)]
+
+
+async def test_restart_resumes_after_the_last_commit(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    def build(seen: list[int]) -> tuple[sk.App, sk.Topic]:
+        app = make_app()
+        src = app.topic("src", value_type=int, partitions=2)
+
+        @app.agent(src)
+        async def record(stream: sk.Stream) -> None:
+            async for v in stream:
+                seen.append(v)
+
+        return app, src
+
+    first: list[int] = []
+    app, src = build(first)
+    async with AppDriver(app, data_dir=str(tmp_path)) as driver:
+        for i in range(50):
+            await driver.send(src, i)
+        await driver.process()
+    second: list[int] = []
+    app, src = build(second)
+    async with AppDriver(app, data_dir=str(tmp_path)) as driver:
+        for i in range(50, 60):
+            await driver.send(src, i)
+        await driver.process()
+    assert sorted(first) == list(range(50))
+    assert sorted(second) == list(range(50, 60))
