@@ -59,6 +59,10 @@ class Source(Protocol):
         """Everything this source handed out so far has been processed."""
         ...
 
+    def release(self, event: Event) -> None:
+        """``event`` is done with early: an operator dropped it (``filter``)."""
+        ...
+
     def through(self, upstream: Stream, topic: Topic | None, key: KeyFn | None, name: str) -> Source:
         """Forward ``upstream`` to ``topic`` (None: the agent's repartition topic ``name``) and
         return the source reading this partition of it."""
@@ -182,6 +186,7 @@ class Stream:
         """Keep the values for which ``fn(value)`` is true (``fn`` may be async)."""
         up = self._get
         is_async = inspect.iscoroutinefunction(fn)
+        release = self._source.release
 
         async def get(timeout: float | None) -> Event | None:
             loop = asyncio.get_running_loop()
@@ -194,6 +199,7 @@ class Stream:
                 keep = await fn(event.value) if is_async else fn(event.value)
                 if keep:
                     return event
+                release(event)
 
         return self._chain(get)
 

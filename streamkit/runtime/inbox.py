@@ -129,6 +129,14 @@ class RootSource:
         if self._pending:
             self._pending.clear()
 
+    def release(self, event: Event) -> None:
+        pending = self._pending
+        for i in range(len(pending) - 1, -1, -1):
+            inbox, record = pending[i]
+            if record.offset == event.offset and inbox.tp.partition == event.partition and inbox.tp.topic == event.topic:
+                del pending[i]
+                return
+
     def _take(self) -> tuple[Inbox, ConsumerRecord] | None:
         inboxes = self._inboxes
         n = len(inboxes)

@@ -45,6 +45,9 @@ class _ProbeSource:
     def ack(self) -> None:
         return None
 
+    def release(self, event: Event) -> None:
+        return None
+
     def through(self, upstream: Stream, topic: Topic | None, key: KeyFn | None, name: str) -> Source:
         self._found.append(Hop(topic, name, key is not None))
         return _ProbeSource(self._found)

@@ -249,3 +249,22 @@ async def test_restart_resumes_after_the_last_commit(tmp_path) -> None:  # type:
         await driver.process()
     assert sorted(first) == list(range(50))
     assert sorted(second) == list(range(50, 60))
+
+
+async def test_filtered_out_records_do_not_hold_back_commits() -> None:
+    app = make_app()
+    src = app.topic("src", value_type=int)
+    kept: list[int] = []
+
+    @app.agent(src)
+    async def evens(stream: sk.Stream) -> None:
+        async for v in stream.filter(lambda v: v % 2 == 0):
+            kept.append(v)
+
+    async with AppDriver(app) as driver:
+        for i in range(12):  # the last record is filtered out
+            await driver.send(src, i)
+        await driver.process()
+        committed = await driver.client.consumer(app.id).committed(sk.TopicPartition("src", 0))
+    assert kept == [0, 2, 4, 6, 8, 10]
+    assert committed == 12

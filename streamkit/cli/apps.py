@@ -1,0 +1,201 @@
+"""Commands that run or inspect a user's app: ``worker``, ``agents``, ``send``.
+
+Each takes ``-A module:attribute`` naming an ``App`` (the current directory is importable, as
+with ``python -m``). ``--broker`` overrides the app's own broker URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import signal
+import sys
+import time
+from typing import Any
+
+import click
+
+from streamkit._core.clock import SYSTEM_CLOCK
+from streamkit._core.serde import SerdeError
+from streamkit.app import App
+from streamkit.cli.common import info
+from streamkit.runtime.probe import discover
+from streamkit.runtime.sender import RuntimeSender
+from streamkit.runtime.worker import Worker
+from streamkit.topics import Topic
+from streamkit.transport.base import open_log_client
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def load_app(ref: str) -> App:
+    """The ``App`` named by ``module:attribute``."""
+    module_name, sep, attr = ref.partition(":")
+    if not sep or not module_name or not attr:
+        raise click.BadParameter(f"expected MODULE:ATTRIBUTE, got {ref!r}", param_hint="-A/--app")
+    if "" not in sys.path:
+        sys.path.insert(0, "")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(f"cannot import {module_name!r}: {exc}", param_hint="-A/--app") from exc
+    app = getattr(module, attr, None)
+    if not isinstance(app, App):
+        found = "nothing" if app is None else type(app).__name__
+        raise click.BadParameter(f"{ref!r} is {found}, not a streamkit App", param_hint="-A/--app")
+    return app
+
+
+app_option = click.option("-A", "--app", "app_ref", required=True, metavar="MODULE:APP", help="The app to use.")
+broker_option = click.option(
+    "--broker",
+    default=None,
+    metavar="URL",
+    help="Override the app's broker: file://DIR (embedded) or kafka://HOST:PORT[,HOST:PORT].",
+)
+
+
+@click.command("worker")
+@app_option
+@broker_option
+@click.option("--loglevel", "-l", type=click.Choice(LOG_LEVELS), default="info", show_default=True)
+@click.option(
+    "--progress-interval",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    help="Seconds between progress lines (records/s, lag); 0 turns them off.",
+)
+def worker(app_ref: str, broker: str | None, loglevel: str, progress_interval: float) -> None:
+    """Run an app's agents, timers and tasks until SIGTERM or Ctrl-C.
+
+    A graceful stop commits every processed offset before it exits.
+    """
+    app = load_app(app_ref)
+    logging.basicConfig(
+        level=getattr(logging, loglevel.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    asyncio.run(_run_worker(app, broker, progress_interval))
+
+
+async def _run_worker(app: App, broker: str | None, progress_interval: float) -> None:
+    worker = Worker(app, broker=broker)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, worker.request_stop)
+    try:
+        await worker.start()
+        _banner(app, worker)
+        progress = asyncio.ensure_future(_progress(worker, progress_interval)) if progress_interval else None
+        try:
+            await worker.wait()
+        finally:
+            if progress is not None:
+                progress.cancel()
+    finally:
+        info("streamkit worker: stopping (committing processed offsets)")
+        await worker.stop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+    info(f"streamkit worker: stopped after {worker.stats.records_in} records")
+
+
+def _banner(app: App, worker: Worker) -> None:
+    info(f"streamkit worker: app {app.id!r} on {worker.client.url}")
+    info(f"  topics: {', '.join(sorted(app.topics)) or '-'}")
+    for agent in app.agents.values():
+        sinks = ", ".join(getattr(s, "name", repr(s)) for s in agent.sinks)
+        info(
+            f"  agent {agent.name}: {', '.join(t.name for t in agent.topics)}"
+            + (f" -> {sinks}" if sinks else "")
+            + (f" (concurrency {agent.concurrency})" if agent.concurrency > 1 else "")
+        )
+    info(f"  timers: {len(app.timers)}, tasks: {len(app.tasks)}; dead letters go to {app.dlq_topic.name}")
+
+
+async def _progress(worker: Worker, interval: float) -> None:
+    last_count = worker.stats.records_in
+    last_time = time.monotonic()
+    while True:
+        await asyncio.sleep(interval)
+        now = time.monotonic()
+        count = worker.stats.records_in
+        rate = (count - last_count) / max(now - last_time, 1e-9)
+        last_count, last_time = count, now
+        lag = worker.lag()
+        lag_text = " ".join(f"{tp.topic}-{tp.partition}={n}" for tp, n in sorted(lag.items())) or "-"
+        info(f"[progress] {count} records in ({rate:,.0f}/s), dead letters {worker.stats.dead_lettered}, lag {lag_text}")
+
+
+@click.command("agents")
+@app_option
+def agents(app_ref: str) -> None:
+    """List an app's agents with their input topics, repartition topics and sinks."""
+    app = load_app(app_ref)
+    rows = asyncio.run(_describe_agents(app))
+    if not rows:
+        info(f"app {app.id!r} declares no agents")
+        return
+    width = max(len(r[0]) for r in rows)
+    click.echo(f"{'AGENT':<{width}}  TOPICS  ->  SINKS")
+    for name, topics, sinks in rows:
+        click.echo(f"{name:<{width}}  {topics}  ->  {sinks or '-'}")
+
+
+async def _describe_agents(app: App) -> list[tuple[str, str, str]]:
+    rows = []
+    for agent in app.agents.values():
+        hops = await discover(agent)
+        inputs = [t.name for t in agent.topics]
+        for hop in hops:
+            inputs.append(hop.topic.name if hop.topic is not None else agent.repartition_topic_name(hop.name))
+        sinks = ", ".join(getattr(s, "name", getattr(s, "__name__", repr(s))) for s in agent.sinks)
+        rows.append((agent.name, ", ".join(inputs), sinks))
+    return rows
+
+
+@click.command("send")
+@app_option
+@broker_option
+@click.argument("topic")
+@click.argument("value")
+@click.option("--key", "-k", default=None, help="The record key (parsed with the topic's key serializer).")
+@click.option("--partition", "-p", type=click.IntRange(min=0), default=None)
+def send(app_ref: str, broker: str | None, topic: str, value: str, key: str | None, partition: int | None) -> None:
+    """Send one record to TOPIC, serialized as the app declares it (JSON for typed values)."""
+    app = load_app(app_ref)
+    target = app.topics.get(topic) or app.topic(topic)
+    try:
+        parsed_value = target.value_serde.loads(value.encode())
+        parsed_key = None if key is None else target.key_serde.loads(key.encode())
+    except SerdeError as exc:
+        raise click.BadParameter(f"does not fit topic {topic!r}: {exc}", param_hint="VALUE/--key") from exc
+    name, part, offset = asyncio.run(_send_one(app, broker, target, parsed_key, parsed_value, partition))
+    click.echo(f"{name}-{part}@{offset}")
+
+
+async def _send_one(
+    app: App, broker: str | None, topic: Topic, key: Any, value: Any, partition: int | None
+) -> tuple[str, int, int]:
+    client = open_log_client(broker or app.broker)
+    await client.start()
+    try:
+        producer = client.producer()
+        await producer.start()
+        try:
+            count = await client.ensure_topic(topic.name, topic.partitions or app.topic_partitions, topic.config)
+
+            async def partitions(_topic: Topic) -> int:
+                return count
+
+            sender = RuntimeSender(producer, SYSTEM_CLOCK, partitions)
+            pending = await sender.send(topic, key=key, value=value, headers=None, timestamp_ms=None, partition=partition)
+            sent = await pending
+            return sent.topic, sent.partition, sent.offset
+        finally:
+            await producer.aclose()
+    finally:
+        await client.aclose()
