@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 import click
 
 from streamkit._core.errors import StreamkitError
+from streamkit.cli.apps import agents, send, worker
 from streamkit.cli.consume import consume
 from streamkit.cli.logtools import log_
 from streamkit.cli.produce import produce
@@ -114,6 +115,9 @@ cli.add_command(topics)
 cli.add_command(produce)
 cli.add_command(consume)
 cli.add_command(log_)
+cli.add_command(worker)
+cli.add_command(agents)
+cli.add_command(send)
 
 
 def main() -> None:

@@ -358,6 +358,11 @@ class Worker:
 
     # -- introspection ---------------------------------------------------------------------
 
+    @property
+    def committed(self) -> dict[TopicPartition, int]:
+        """The positions this worker committed last, per assigned input partition."""
+        return dict(self._committed)
+
     async def settle(self) -> bool:
         """Flush outputs and tell whether every fetched record was processed and nothing more
         is waiting in the log for this worker (used by ``streamkit.testing``)."""
@@ -365,6 +370,8 @@ class Worker:
             await self._producer.flush()
         if self._consumer is None:
             return True
+        if not self._consumer.assignment():
+            return False  # still joining the group
         for tp, inboxes in self._inboxes.items():
             for inbox in inboxes:
                 if inbox.size:

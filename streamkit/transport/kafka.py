@@ -9,7 +9,7 @@ Kafka Streams. Offsets are committed by the engine only (auto-commit is off).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Generator, Mapping, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
@@ -57,18 +57,21 @@ class KafkaLogClient:
     async def ensure_topic(
         self, name: str, partitions: int, config: Mapping[str, str] | None = None
     ) -> int:
+        # Create first, describe after: a metadata request for a missing topic may auto-create
+        # it on the broker with the default partition count instead of ours.
         admin = self._admin_client()
-        existing = await self.partition_count(name)
-        if existing is not None:
-            return existing
         try:
-            await admin.create_topics(
+            response = await admin.create_topics(
                 [NewTopic(name, partitions, 1, topic_configs=dict(config or {}))]
             )
         except TopicAlreadyExistsError:
-            pass
+            response = None
         except KafkaError as exc:
             raise TransportError(f"cannot create topic {name!r}: {exc}") from exc
+        for _topic, code, *rest in getattr(response, "topic_errors", ()):
+            if code not in (0, TopicAlreadyExistsError.errno):
+                message = rest[0] if rest else ""
+                raise TransportError(f"cannot create topic {name!r}: error {code} {message or ''}".rstrip())
         for _ in range(50):
             count = await self.partition_count(name)
             if count is not None:
@@ -144,7 +147,7 @@ class KafkaProducer:
             raise TransportError(f"send to {topic}-{partition} failed: {exc}") from exc
         self._pending.add(future)
         future.add_done_callback(self._pending.discard)
-        return _metadata(future)
+        return _Metadata(future)
 
     async def flush(self) -> None:
         if not self._started:
@@ -158,12 +161,20 @@ class KafkaProducer:
                     raise TransportError(f"a send failed: {result}") from result
 
 
-async def _metadata(future: asyncio.Future[Any]) -> RecordMetadata:
-    try:
-        md = await future
-    except KafkaError as exc:
-        raise TransportError(f"send failed: {exc}") from exc
-    return RecordMetadata(md.topic, md.partition, md.offset, md.timestamp)
+class _Metadata:
+    """Awaitable ``RecordMetadata`` of one send; nothing happens if nobody awaits it."""
+
+    __slots__ = ("_future",)
+
+    def __init__(self, future: asyncio.Future[Any]) -> None:
+        self._future = future
+
+    def __await__(self) -> Generator[Any, None, RecordMetadata]:
+        try:
+            md = yield from self._future.__await__()
+        except KafkaError as exc:
+            raise TransportError(f"send failed: {exc}") from exc
+        return RecordMetadata(md.topic, md.partition, md.offset, md.timestamp)
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -208,10 +219,9 @@ class KafkaConsumer:
             await self._consumer.stop()
             raise TransportError(f"consumer cannot connect: {exc}") from exc
         self._started = True
-        if self._listener is not None:
-            self._consumer.subscribe(self._topics, listener=_Listener(self._listener))
-        else:
-            self._consumer.subscribe(self._topics)
+        if self._topics:
+            listener = _Listener(self._listener) if self._listener is not None else ConsumerRebalanceListener()
+            self._consumer.subscribe(self._topics, listener=listener)
 
     async def aclose(self) -> None:
         if self._started:
@@ -242,6 +252,8 @@ class KafkaConsumer:
             raise TransportError(f"commit failed: {exc}") from exc
 
     async def committed(self, tp: TopicPartition) -> int | None:
+        if not self._started:
+            await self.start()  # an unsubscribed member can still read the group's offsets
         result = await self._consumer.committed(KafkaTP(tp.topic, tp.partition))
         return None if result is None else int(result)
 
