@@ -171,3 +171,38 @@ async def test_sigkill_restart_reprocesses_only_after_last_commit(log_url: str, 
         if n > 1:  # processed twice: only records at or after the commit before the kill
             assert offset >= committed[partition], (partition, offset, committed)
     assert len(done_before) > 0
+
+
+async def test_two_workers_share_partitions_and_rebalance_without_loss(
+    broker: object, unique: str, tmp_path: Path
+) -> None:
+    """Several worker processes on one broker: one joins mid-stream, one leaves mid-stream."""
+    url = f"kafka://{broker.bootstrap}"  # type: ignore[attr-defined]
+    total = 16000
+    await produce_ints(url, f"{unique}-in", total)
+    log_a, log_b = tmp_path / "a.log", tmp_path / "b.log"
+    a = start_worker(unique, url, 0.003, log_a)
+    b = None
+    try:
+        await asyncio.sleep(3)
+        b = start_worker(unique, url, 0.003, log_b)
+        await asyncio.sleep(5)
+        a.send_signal(signal.SIGTERM)  # leaves mid-stream: its partitions move to b
+        assert a.wait(30) == 0, log_a.read_text()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if sum((await committed_offsets(url, unique, f"{unique}-in", 4)).values()) == total:
+                break
+            await asyncio.sleep(0.5)
+        b.send_signal(signal.SIGTERM)
+        assert b.wait(30) == 0, log_b.read_text()
+    finally:
+        a.kill()
+        if b is not None:
+            b.kill()
+    serde = sk.App("x").topic("x", value_type=dict).value_serde
+    out = [serde.loads(v) for v in await read_all(url, f"{unique}-out")]
+    assert {o["v"] for o in out} == set(range(total))  # every record processed, none lost
+    # b took partitions from a when it joined, and all of them when a left
+    b_log = log_b.read_text()
+    assert "assigned t0-in-0, t0-in-1, t0-in-2, t0-in-3".replace("t0", unique) in b_log, b_log
