@@ -96,7 +96,8 @@ def main() -> None:
     args = parser.parse_args()
     data_dir = args.data_dir or tempfile.mkdtemp(prefix="streamkit-demo-")
     asyncio.run(demo(args.records, data_dir))
-    print(data_dir)
+    if args.data_dir is None:
+        print(f"the log is in {data_dir}")
 
 
 if __name__ == "__main__":

@@ -6,9 +6,15 @@ like ``kafka-console-consumer``. A committed offset that retention has passed st
 log start.
 
 By default the command stops once it has read every partition to its high watermark (kcat's
-``-e``); ``--follow`` keeps polling for new records until Ctrl-C. With ``--group`` the offset
-after the last printed record of each partition is committed after every poll and on exit,
-so the next run with the same group resumes there.
+``-e``): on the embedded log, where nothing else writes while this command holds the data
+directory, starting at the end prints nothing. ``--follow`` keeps polling for new records
+until Ctrl-C; between polls it lets go of the data directory, so ``streamkit produce`` in
+another terminal can write, and while another process holds the directory it just waits.
+
+With ``--group`` the offset after the last printed record of each partition is committed
+after every poll and on exit (Ctrl-C included), so the next run with the same group resumes
+there. Like Kafka, a group with no commit for a partition also commits where it started
+there, so a group that began at the end stays past the records it never read.
 """
 
 from __future__ import annotations
@@ -169,14 +175,12 @@ class _Consumer:
             except DataDirLockedError:
                 if not follow:
                     raise
-                caught_up = True  # another process is writing: look again later
-            if self.done:
+                time.sleep(poll_interval_s)  # another process is writing: look again later
+                continue
+            if self.done or (caught_up and not follow):
                 return
             if caught_up:
-                if not follow:
-                    return
-                self.commit()
-                self.access.idle()
+                self.access.idle()  # poll() has committed; let producers in while we wait
                 time.sleep(poll_interval_s)
 
     def poll(self) -> bool:

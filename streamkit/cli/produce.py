@@ -87,27 +87,36 @@ def produce(
     stdin = sys.stdin.buffer
     with open_access(target, warn=warn) as access:
         writer = _Writer(access, topic, partition, compression)
-        line_no = 0
-        for chunk in read_line_chunks(stdin, batch_size):
-            now = SYSTEM_CLOCK.now_ms()
-            records: list[NewRecord] = []
-            bad_line = 0
-            for line in chunk:
-                line_no += 1
-                key: bytes | None = None
-                if separator is not None:
-                    key, found, line = line.partition(separator)
-                    if not found:
-                        bad_line = line_no
-                        break
-                records.append(NewRecord(key, line, now, record_headers))
-            writer.write(records)
-            if bad_line:
-                raise InputError(
-                    f"line {bad_line} has no key separator {key_separator!r} "
-                    f"({writer.records} records before it were written)"
-                )
+        try:
+            _produce_lines(writer, read_line_chunks(stdin, batch_size), separator, record_headers)
+        except KeyboardInterrupt:
+            info(writer.summary())  # what was written before Ctrl-C stays written
+            raise
     info(writer.summary())
+
+
+def _produce_lines(
+    writer: _Writer, chunks: Iterator[list[bytes]], separator: bytes | None, headers: list[Header]
+) -> None:
+    """Each chunk of lines becomes records written together; stops at a line without a key."""
+    line_no = 0
+    for chunk in chunks:
+        now = SYSTEM_CLOCK.now_ms()
+        records: list[NewRecord] = []
+        for line in chunk:
+            line_no += 1
+            key: bytes | None = None
+            if separator is not None:
+                key, found, line = line.partition(separator)
+                if not found:
+                    writer.write(records)
+                    raise InputError(
+                        f"line {line_no} has no key separator "
+                        f"{separator.decode(errors='backslashreplace')!r} "
+                        f"({writer.records} records before it were written)"
+                    )
+            records.append(NewRecord(key, line, now, headers))
+        writer.write(records)
 
 
 class _Writer:

@@ -1,0 +1,24 @@
+"""scripts/demo.sh (``make demo``) runs start to end and leaves nothing behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    env.pop("STREAMKIT_DATA_DIR", None)
+    result = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "demo.sh")], capture_output=True, env=env, timeout=120
+    )
+    out = result.stdout.decode()
+    assert result.returncode == 0, out + result.stderr.decode()
+    for header in ("== 1. Create a topic", "== 5. A consumer group", "== 7. Verify", "== Done =="):
+        assert header in out
+    assert "no damage found" in out and "1 problem found" in out
+    assert "Traceback" not in result.stderr.decode()
+    assert list(tmp_path.iterdir()) == []  # the temporary data directory is gone

@@ -1,0 +1,160 @@
+"""The command as a real process: exit codes, one-line errors, pipes and signals."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from streamkit.log.manager import LogManager
+
+STREAMKIT = Path(sys.executable).parent / "streamkit"  # the console script of this venv
+
+
+def _read_lines(proc: subprocess.Popen[bytes], n: int, timeout_s: float = 20.0) -> list[bytes]:
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    buf = b""
+    deadline = time.monotonic() + timeout_s
+    while buf.count(b"\n") < n:
+        left = deadline - time.monotonic()
+        assert left > 0, f"timed out with {buf!r}"
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            chunk = os.read(fd, 65536)
+            assert chunk, f"stdout closed with {buf!r}"
+            buf += chunk
+    return buf.splitlines()
+
+
+def test_help_and_version(run_process) -> None:
+    result = run_process("--help", module=True)
+    assert result.returncode == 0
+    assert result.stdout.startswith(b"Usage: streamkit [OPTIONS] COMMAND [ARGS]...")
+    for command in (b"topics", b"produce", b"consume", b"log"):
+        assert command in result.stdout
+    version = run_process("--version")
+    assert version.returncode == 0 and b"0.1.0" in version.stdout
+
+
+def test_errors_are_one_line_with_exit_code_2(run_process, tmp_path: Path, one_line_error) -> None:
+    data = tmp_path / "d"
+    assert run_process("topics", "create", "t", data_dir=data).returncode == 0
+    for module, args, fragment in [
+        (True, ("topics", "describe", "nope"), "unknown topic 'nope'"),
+        (False, ("topics", "create"), "Missing argument 'NAME'"),
+        (False, ("topics", "create", "x", "--partitions", "abc"), "'abc' is not a valid integer"),
+        (True, ("consume", "t", "--no-such-flag"), "--no-such-flag"),
+        (False, ("produce", "t", "--header", "oops"), "expected KEY=VALUE"),
+    ]:
+        result = run_process(*args, data_dir=data, module=module)
+        assert result.returncode == 2, (args, result)
+        assert result.stdout == b""
+        one_line_error(result.stderr, fragment)
+
+    with LogManager(data, background=False):
+        locked = run_process("produce", "t", data_dir=data, input=b"x\n")
+    assert locked.returncode == 2
+    one_line_error(locked.stderr, "is in use by another process", f"pid {os.getpid()}")
+
+
+def test_piped_produce_and_consume(run_process, tmp_path: Path) -> None:
+    data = tmp_path / "d"
+    run_process("topics", "create", "nums", "--partitions", "2", data_dir=data)
+    lines = b"".join(b"%d:%d\n" % (i % 5, i) for i in range(2500))
+    produced = run_process("produce", "nums", "-K", ":", data_dir=data, input=lines)
+    assert produced.returncode == 0, produced.stderr
+    assert produced.stderr.startswith(b"produced 2500 records in 6 batches to nums (partitions 0: ")
+    consumed = run_process("consume", "nums", "--from-beginning", data_dir=data)
+    assert consumed.returncode == 0
+    assert sorted(map(int, consumed.stdout.split())) == list(range(2500))
+    verified = run_process("log", "verify", str(data))
+    assert verified.returncode == 0, verified.stdout
+
+
+def test_verify_exit_code_on_damage(run_process, tmp_path: Path) -> None:
+    data = tmp_path / "d"
+    run_process("topics", "create", "t", data_dir=data)
+    run_process("produce", "t", data_dir=data, input=b"hello\n")
+    segment = data / "t-0" / "00000000000000000000.log"
+    raw = bytearray(segment.read_bytes())
+    raw[-2] ^= 0xFF
+    segment.write_bytes(bytes(raw))
+    result = run_process("log", "verify", str(data))
+    assert result.returncode == 1
+    assert b"CRC mismatch" in result.stdout
+    # Reading the damaged batch is a failure of the log, not of the arguments: exit 1, one line.
+    consumed = run_process("consume", "t", "--from-beginning", data_dir=data)
+    assert consumed.returncode == 1
+    assert consumed.stderr.count(b"\n") == 1 and b"CRC mismatch" in consumed.stderr
+
+
+def test_follow_until_interrupted_commits_the_group(run_process, tmp_path: Path) -> None:
+    data = tmp_path / "d"
+    run_process("topics", "create", "live", "--partitions", "2", data_dir=data)
+    env = {**os.environ, "STREAMKIT_DATA_DIR": str(data)}
+    args = [str(STREAMKIT), "consume", "live", "-f", "-g", "watchers", "--from-beginning", "--print-offsets"]
+    args += ["--poll-interval-ms", "50"]  # --from-beginning: no race with the follower's start
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        seen: list[bytes] = []
+        for i in range(3):
+            # Once the follower runs, each produce takes the lock between two of its polls.
+            result = run_process("produce", "live", "-p", str(i % 2), data_dir=data, input=b"m%d\n" % i)
+            assert result.returncode == 0, result.stderr
+            seen += _read_lines(proc, 1)
+        assert seen == [b"0:0\tm0", b"1:0\tm1", b"0:1\tm2"]
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130
+    assert b"Traceback" not in err
+    assert b"consumed 3 records from live; group watchers is at 0:2, 1:1" in err
+    with LogManager(data, background=False) as log:
+        assert {tp.partition: o for tp, (o, _m) in log.offsets.fetch("watchers").items()} == {0: 2, 1: 1}
+        assert log.clean_shutdown  # the follower closed the directory on its way out
+
+
+def test_sigterm_closes_cleanly(tmp_path: Path, run_process) -> None:
+    data = tmp_path / "d"
+    run_process("topics", "create", "live", data_dir=data)
+    env = {**os.environ, "STREAMKIT_DATA_DIR": str(data)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamkit.cli", "consume", "live", "-f", "--poll-interval-ms", "50"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 143, err
+    assert b"Traceback" not in err
+
+
+def test_closed_stdout_is_quiet(run_process, tmp_path: Path) -> None:
+    data = tmp_path / "d"
+    run_process("topics", "create", "many", data_dir=data)
+    padding = b"x" * 100  # several fetches of output, so writes go on after the reader left
+    run_process("produce", "many", data_dir=data, input=b"".join(b"value %d %s\n" % (i, padding) for i in range(30000)))
+    env = {**os.environ, "STREAMKIT_DATA_DIR": str(data)}
+    proc = subprocess.Popen(
+        [str(STREAMKIT), "consume", "many", "--from-beginning"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith(b"value 0 x")
+    proc.stdout.close()  # like `| head -1`
+    err = proc.stderr.read()
+    proc.wait(timeout=20)
+    assert proc.returncode == 1
+    assert b"Traceback" not in err and b"Exception" not in err
