@@ -17,7 +17,7 @@ def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
     )
     out = result.stdout.decode()
     assert result.returncode == 0, out + result.stderr.decode()
-    for header in ("== 1. Create a topic", "== 5. A consumer group", "== 7. Verify", "== Done =="):
+    for header in ("== 1. A streaming pipeline", "lag: 0", "== 7. A consumer group", "== 9. Verify", "== Done =="):
         assert header in out
     assert "no damage found" in out and "1 problem found" in out
     assert "Traceback" not in result.stderr.decode()
