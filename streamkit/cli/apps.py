@@ -25,6 +25,7 @@ from streamkit.runtime.sender import RuntimeSender
 from streamkit.runtime.worker import Worker
 from streamkit.topics import Topic
 from streamkit.transport.base import open_log_client
+from streamkit.web import WebServer
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -61,13 +62,27 @@ broker_option = click.option(
 @broker_option
 @click.option("--loglevel", "-l", type=click.Choice(LOG_LEVELS), default="info", show_default=True)
 @click.option(
+    "--web-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve the worker's HTTP API (/status, /topology, /metrics, /health) on this port; 0 picks one.",
+)
+@click.option("--web-host", default="127.0.0.1", show_default=True, help="Address of the HTTP API.")
+@click.option(
     "--progress-interval",
     type=click.FloatRange(min=0),
     default=10.0,
     show_default=True,
     help="Seconds between progress lines (records/s, lag); 0 turns them off.",
 )
-def worker(app_ref: str, broker: str | None, loglevel: str, progress_interval: float) -> None:
+def worker(
+    app_ref: str,
+    broker: str | None,
+    web_port: int | None,
+    web_host: str,
+    loglevel: str,
+    progress_interval: float,
+) -> None:
     """Run an app's agents, timers and tasks until SIGTERM or Ctrl-C.
 
     A graceful stop commits every processed offset before it exits.
@@ -78,17 +93,24 @@ def worker(app_ref: str, broker: str | None, loglevel: str, progress_interval: f
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    asyncio.run(_run_worker(app, broker, progress_interval))
+    asyncio.run(_run_worker(app, broker, progress_interval, web_host, web_port))
 
 
-async def _run_worker(app: App, broker: str | None, progress_interval: float) -> None:
+async def _run_worker(
+    app: App, broker: str | None, progress_interval: float, web_host: str, web_port: int | None
+) -> None:
     worker = Worker(app, broker=broker)
+    web = WebServer(worker, host=web_host, port=web_port) if web_port is not None else None
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, worker.request_stop)
     try:
         await worker.start()
+        if web is not None:
+            await web.start()
         _banner(app, worker)
+        if web is not None:
+            info(f"  web: {web.url}")
         progress = asyncio.ensure_future(_progress(worker, progress_interval)) if progress_interval else None
         try:
             await worker.wait()
@@ -97,6 +119,8 @@ async def _run_worker(app: App, broker: str | None, progress_interval: float) ->
                 progress.cancel()
     finally:
         info("streamkit worker: stopping (committing processed offsets)")
+        if web is not None:
+            await web.aclose()
         await worker.stop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)

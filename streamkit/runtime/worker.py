@@ -176,10 +176,10 @@ class Worker:
     def input_topics(self) -> list[str]:
         names: set[str] = set()
         for agent in self.app.agents.values():
-            names.update(self._agent_inputs(agent))
+            names.update(self.agent_inputs(agent))
         return sorted(names)
 
-    def _agent_inputs(self, agent: Agent) -> dict[str, Topic]:
+    def agent_inputs(self, agent: Agent) -> dict[str, Topic]:
         inputs = {t.name: t for t in agent.topics}
         for hop in self._hops.get(agent.name, []):
             target = self.hop_topic(agent, hop.topic, hop.name)
@@ -191,7 +191,7 @@ class Worker:
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         fresh: list[PartitionTask] = []
         for agent in self.app.agents.values():
-            inputs = self._agent_inputs(agent)
+            inputs = self.agent_inputs(agent)
             for tp in sorted(assigned):
                 topic = inputs.get(tp.topic)
                 if topic is None:
@@ -357,6 +357,18 @@ class Worker:
             await self.client.aclose()
 
     # -- introspection ---------------------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        """"starting", "running", "failed" or "stopped"."""
+        if self._failure is not None:
+            return "failed"
+        if self._closed or self._stop.is_set():
+            return "stopped"
+        return "running" if self._started else "starting"
+
+    def assignment(self) -> set[TopicPartition]:
+        return self._consumer.assignment() if self._consumer is not None else set()
 
     @property
     def committed(self) -> dict[TopicPartition, int]:

@@ -1,0 +1,137 @@
+"""A running worker's read-only HTTP API.
+
+    GET /health     200 {"status": "ok"} while the worker runs, 503 once it failed or stopped
+    GET /status     app, broker, assigned partitions, counters, committed positions, lag
+    GET /topology   agents with their input, repartition and sink topics
+    GET /metrics    the same counters in Prometheus' text format
+
+Binds 127.0.0.1 unless told otherwise; only GET is served and request bodies are refused.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from streamkit.runtime.worker import Worker
+
+MAX_REQUEST_BYTES = 16 * 1024
+
+
+class WebServer:
+    def __init__(self, worker: Worker, *, host: str = "127.0.0.1", port: int = 6066) -> None:
+        self.worker = worker
+        self.host = host
+        self._port = port
+        self._runner: web.AppRunner | None = None
+        self._site: web.TCPSite | None = None
+
+    @property
+    def port(self) -> int:
+        if self._site is None:
+            raise RuntimeError("the web server is not started")
+        server = self._site._server
+        sockets = getattr(server, "sockets", None) or []
+        return int(sockets[0].getsockname()[1]) if sockets else self._port
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        if self._runner is not None:
+            return
+        app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+        app.router.add_get("/", self._index)
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/status", self._status)
+        app.router.add_get("/topology", self._topology)
+        app.router.add_get("/metrics", self._metrics)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self._port)
+        try:
+            await site.start()
+        except OSError:
+            await runner.cleanup()
+            raise
+        self._runner, self._site = runner, site
+
+    async def aclose(self) -> None:
+        runner, self._runner, self._site = self._runner, None, None
+        if runner is not None:
+            await runner.cleanup()
+
+    async def __aenter__(self) -> WebServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- handlers ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _json(data: Any, status: int = 200) -> web.Response:
+        return web.Response(text=json.dumps(data, indent=2) + "\n", status=status, content_type="application/json")
+
+    async def _index(self, request: web.Request) -> web.Response:
+        return self._json({"endpoints": ["/health", "/status", "/topology", "/metrics"]})
+
+    async def _health(self, request: web.Request) -> web.Response:
+        state = self.worker.state
+        return self._json({"status": state}, 200 if state == "running" else 503)
+
+    async def _status(self, request: web.Request) -> web.Response:
+        w = self.worker
+        return self._json(
+            {
+                "app": w.app.id,
+                "broker": w.client.url,
+                "state": w.state,
+                "assignment": sorted(str(tp) for tp in w.assignment()),
+                "records_in": w.stats.records_in,
+                "dead_lettered": w.stats.dead_lettered,
+                "commits": w.stats.commits,
+                "committed": {str(tp): offset for tp, offset in sorted(w.committed.items())},
+                "lag": {str(tp): n for tp, n in sorted(w.lag().items())},
+            }
+        )
+
+    async def _topology(self, request: web.Request) -> web.Response:
+        w = self.worker
+        agents = []
+        for agent in w.app.agents.values():
+            inputs = w.agent_inputs(agent)
+            agents.append(
+                {
+                    "name": agent.name,
+                    "topics": [t.name for t in agent.topics],
+                    "through": [name for name in inputs if name not in {t.name for t in agent.topics}],
+                    "sinks": [getattr(s, "name", getattr(s, "__name__", repr(s))) for s in agent.sinks],
+                    "concurrency": agent.concurrency,
+                }
+            )
+        return self._json({"app": w.app.id, "agents": agents, "topics": sorted(w.app.topics)})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        w = self.worker
+        app = w.app.id
+        lines = [
+            "# HELP streamkit_records_in_total Records fetched for agents.",
+            "# TYPE streamkit_records_in_total counter",
+            f'streamkit_records_in_total{{app="{app}"}} {w.stats.records_in}',
+            "# HELP streamkit_dead_letters_total Records sent to the dead-letter topic.",
+            "# TYPE streamkit_dead_letters_total counter",
+            f'streamkit_dead_letters_total{{app="{app}"}} {w.stats.dead_lettered}',
+            "# HELP streamkit_commits_total Offset commits.",
+            "# TYPE streamkit_commits_total counter",
+            f'streamkit_commits_total{{app="{app}"}} {w.stats.commits}',
+            "# HELP streamkit_lag Records not yet processed per input partition.",
+            "# TYPE streamkit_lag gauge",
+        ]
+        for tp, n in sorted(w.lag().items()):
+            lines.append(f'streamkit_lag{{app="{app}",topic="{tp.topic}",partition="{tp.partition}"}} {n}')
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
