@@ -5,9 +5,8 @@ passes through both ways untouched (null keys, tombstones). Codecs:
 
 * ``raw``: bytes in, bytes out;
 * ``str``: UTF-8 text;
-* ``json``: any JSON value (msgspec's JSON codec);
-* ``msgspec``/typed: a ``Record`` subclass (or any type msgspec knows), JSON on the wire,
-  decoded and validated into that type.
+* ``json``: any JSON value (msgspec's JSON codec); given a type (a ``Record`` subclass or
+  any type msgspec knows), JSON on the wire decoded and validated into that type.
 
 ``serde_for(type_or_name)`` picks one: a ``Serde`` instance is used as is, a name
 (``"raw"``, ``"str"``, ``"json"``) picks that codec, ``bytes``/``str``/``int``/``float`` and
@@ -74,35 +73,12 @@ class StrSerde:
 
 
 class JsonSerde:
-    name = "json"
+    """JSON on the wire; with ``type_`` (a ``Record`` subclass, int, ...) decoded and validated
+    into that type, else into plain JSON values."""
 
-    def __init__(self) -> None:
-        self._encoder = msgspec.json.Encoder()
-        self._decoder = msgspec.json.Decoder()
-
-    def dumps(self, value: Any) -> bytes | None:
-        if value is None:
-            return None
-        try:
-            return self._encoder.encode(value)
-        except (TypeError, msgspec.EncodeError) as exc:
-            raise SerdeError(f"cannot encode {type(value).__name__} as JSON: {exc}") from exc
-
-    def loads(self, data: bytes | None) -> Any:
-        if data is None:
-            return None
-        try:
-            return self._decoder.decode(data)
-        except msgspec.DecodeError as exc:
-            raise SerdeError(f"invalid JSON: {exc}") from exc
-
-
-class TypedSerde:
-    """JSON on the wire, validated into ``type_`` (a ``Record`` subclass, int, float, ...)."""
-
-    def __init__(self, type_: Any) -> None:
+    def __init__(self, type_: Any = Any) -> None:
         self.type = type_
-        self.name = f"msgspec:{getattr(type_, '__name__', type_)}"
+        self.name = "json" if type_ is Any else f"msgspec:{getattr(type_, '__name__', type_)}"
         self._encoder = msgspec.json.Encoder()
         self._decoder = msgspec.json.Decoder(type_)
 
@@ -112,14 +88,14 @@ class TypedSerde:
         try:
             return self._encoder.encode(value)
         except (TypeError, msgspec.EncodeError) as exc:
-            raise SerdeError(f"cannot encode {type(value).__name__}: {exc}") from exc
+            raise SerdeError(f"cannot encode {type(value).__name__} as {self.name}: {exc}") from exc
 
     def loads(self, data: bytes | None) -> Any:
         if data is None:
             return None
         try:
             return self._decoder.decode(data)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise SerdeError(f"does not decode as {self.name}: {exc}") from exc
 
 
@@ -140,5 +116,5 @@ def serde_for(spec: Any) -> Serde:
     if isinstance(spec, Serde):
         return spec
     if isinstance(spec, type) or hasattr(spec, "__origin__"):
-        return TypedSerde(spec)
+        return JsonSerde(spec)
     raise SerdeError(f"cannot build a serializer from {spec!r}")
