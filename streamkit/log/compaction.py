@@ -12,11 +12,16 @@ Rules (Kafka's):
 * offsets never change: a rewritten batch keeps its base offset, its records keep theirs, and
   its header keeps the original last offset delta and producer fields.
 
-Crash safety: a segment is rewritten into ``<base>.log.cleaned`` and fsynced; then, under the
-partition lock, its index files are removed, the ``.cleaned`` file is renamed over the
-``.log`` (one atomic ``rename``) and the directory is fsynced; the new indexes are rebuilt from
-the new file. A crash at any point leaves either the old or the new ``.log`` whole; a
-leftover ``.cleaned`` is deleted on open and missing indexes are rebuilt.
+Crash safety: a segment is rewritten into ``<base>.log.cleaned``, fsynced, and scanned and
+indexed in memory; then, under the partition lock, its index files are removed, the
+``.cleaned`` file is renamed over the ``.log`` (one atomic ``rename``) and the directory is
+fsynced; after the lock the new index files are written. A crash at any point leaves either
+the old or the new ``.log`` whole; a leftover ``.cleaned`` is deleted on open and missing
+indexes are rebuilt. Segments are swapped oldest first, so a tombstone never goes before the
+older values of its key do.
+
+A segment whose batches fail their CRC is not compacted (``CorruptRecordError``): what the
+cleaner keeps is re-encoded with a fresh CRC, so damage it decoded would come out looking valid.
 """
 
 from __future__ import annotations
@@ -210,19 +215,22 @@ def _swap_in(partition: Partition, old: Segment, data: bytes) -> bool:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
+    # Scan and index the cleaned file before taking the partition's lock: under it there is
+    # only the swap itself (two unlinks, a rename, a directory fsync), so appends go on.
+    new = Segment.load_replacement(
+        partition.directory, old.base_offset, partition.config.index_interval_bytes, cleaned_path
+    )
 
     def install() -> Segment:
         old.index_path.unlink(missing_ok=True)
         old.timeindex_path.unlink(missing_ok=True)
         os.replace(cleaned_path, old.log_path)
         fsync_dir(partition.directory)
-        new, _report = Segment.open(
-            partition.directory, old.base_offset, partition.config.index_interval_bytes, recover=True
-        )
-        new.seal()
         return new
 
     swapped = partition.replace_segment(old, install)
-    if not swapped:
+    if swapped:
+        new.write_indexes()  # a crash before this leaves them missing: rebuilt on open
+    else:
         cleaned_path.unlink(missing_ok=True)
     return swapped

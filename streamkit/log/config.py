@@ -74,6 +74,10 @@ class TopicConfig:
             raise InvalidTopicError("min.cleanable.dirty.ratio must be within [0, 1]")
         if self.max_message_bytes < 0 or self.flush_messages < 0 or self.flush_ms < 0:
             raise InvalidTopicError("max.message.bytes, flush.messages and flush.ms must not be negative")
+        if self.retention_ms < -1 or self.retention_bytes < -1:
+            raise InvalidTopicError("retention.ms and retention.bytes must be -1 (no limit) or more")
+        if self.delete_retention_ms < 0 or self.min_compaction_lag_ms < 0:
+            raise InvalidTopicError("delete.retention.ms and min.compaction.lag.ms must not be negative")
 
 
 _KAFKA_NAMES = {

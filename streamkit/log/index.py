@@ -166,7 +166,8 @@ class TimeIndex:
         return self._timestamps[-1] if self._timestamps else -1
 
     def append(self, timestamp: int, last_offset: int) -> None:
-        if self._timestamps and timestamp <= self._timestamps[-1]:
+        # Kafka's "no timestamp" (-1) is never indexed; entries only ever increase.
+        if timestamp < 0 or (self._timestamps and timestamp <= self._timestamps[-1]):
             return
         relative = last_offset - self.base_offset
         # Offsets first: readers bisect ``_timestamps`` and then index ``_offsets``.

@@ -39,6 +39,7 @@ from streamkit.log.errors import (
     DataDirLockedError,
     InvalidTopicError,
     LogClosedError,
+    LogError,
     TopicExistsError,
     UnknownTopicError,
 )
@@ -87,6 +88,7 @@ class UpkeepReport:
     flushed: int
     segments_deleted: int
     segments_compacted: int
+    errors: int = 0  # partitions whose upkeep failed (logged); the others were still done
 
 
 class LogManager:
@@ -140,6 +142,12 @@ class LogManager:
             return self
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._acquire_lock()
+        # A manager may be opened again after close: start from what is on disk.
+        self._stop.clear()
+        self._topics.clear()
+        self._configs.clear()
+        self._partitions.clear()
+        self.recovery_reports = []
         try:
             marker = self.data_dir / _CLEAN_SHUTDOWN
             self.clean_shutdown = marker.exists()
@@ -198,6 +206,11 @@ class LogManager:
         except BlockingIOError:
             owner = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
+            if owner == str(os.getpid()):
+                raise DataDirLockedError(
+                    f"data directory {self.data_dir} is already open in this process "
+                    f"(pid {owner}); close the other LogManager first"
+                ) from None
             raise DataDirLockedError(
                 f"data directory {self.data_dir} is in use by another process (pid {owner})"
             ) from None
@@ -227,7 +240,10 @@ class LogManager:
     def _open_partition(self, topic: str, p: int, config: TopicConfig) -> None:
         tp = TopicPartition(topic, p)
         partition = Partition(self.data_dir / f"{topic}-{p}", tp, config, self.clock)
-        self.recovery_reports.extend(partition.open(clean_shutdown=self.clean_shutdown))
+        reports = partition.open(clean_shutdown=self.clean_shutdown)
+        for report in reports:
+            logger.warning("recovered %s: %s", tp, report)
+        self.recovery_reports.extend(reports)
         partition.listeners.extend(self._listeners)
         self._partitions[tp] = partition
 
@@ -248,6 +264,10 @@ class LogManager:
         with self._lock:
             if name in self._topics:
                 raise TopicExistsError(f"topic {name!r} already exists")
+            # Directories a deleted topic left behind (a delete cut short by a crash, after its
+            # metadata went) must not come back as this new topic's data.
+            for p in range(partitions):
+                self._remove_dir(self.data_dir / f"{name}-{p}")
             meta = _TopicMeta(name, partitions, dict(config))
             self._write_meta(meta)
             self._topics[name] = meta
@@ -281,10 +301,18 @@ class LogManager:
             for p in range(meta.partitions):
                 partition = self._partitions.pop(TopicPartition(name, p))
                 partition.close()
-                doomed = self.data_dir / f"{name}-{p}.{uuid.uuid4().hex}-delete"
-                os.replace(partition.directory, doomed)
-                shutil.rmtree(doomed, ignore_errors=True)
+                self._remove_dir(partition.directory)
         self.offsets.forget_topic(name)
+
+    def _remove_dir(self, directory: Path) -> None:
+        """Rename ``directory`` aside (one atomic step) and delete it; a crash in between
+        leaves a ``-delete`` directory that the next open removes."""
+        if not directory.exists():
+            return
+        doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}-delete")
+        os.replace(directory, doomed)
+        fsync_dir(self.data_dir)
+        shutil.rmtree(doomed, ignore_errors=True)
 
     def alter_topic_config(self, name: str, changes: Mapping[str, str]) -> TopicDescription:
         """Set topic configs (Kafka names); other settings keep their values."""
@@ -357,17 +385,23 @@ class LogManager:
     ) -> UpkeepReport:
         """One round of upkeep now (the background thread calls this on its schedule)."""
         now = self.clock.now_ms()
-        flushed = deleted = compacted = 0
+        flushed = deleted = compacted = errors = 0
         for partition in list(self._partitions.values()):
-            if flush and partition.maybe_flush():
-                flushed += 1
-            if retention:
-                deleted += partition.apply_retention(now)
-            if compact and partition.config.compact:
-                report = compaction.compact(partition, now, force=force_compaction)
-                if report is not None:
-                    compacted += report.segments_cleaned
-        return UpkeepReport(flushed, deleted, compacted)
+            # One damaged partition (a corrupt segment the cleaner refuses, a full disk) must
+            # not stop flushes and retention of all the others, round after round.
+            try:
+                if flush and partition.maybe_flush():
+                    flushed += 1
+                if retention:
+                    deleted += partition.apply_retention(now)
+                if compact and partition.config.compact:
+                    report = compaction.compact(partition, now, force=force_compaction)
+                    if report is not None:
+                        compacted += report.segments_cleaned
+            except (LogError, OSError):
+                errors += 1
+                logger.exception("upkeep of %s failed", partition.tp)
+        return UpkeepReport(flushed, deleted, compacted, errors)
 
     def _upkeep_loop(self) -> None:
         last_retention = last_compaction = self.clock.monotonic_ms()

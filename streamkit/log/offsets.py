@@ -12,6 +12,7 @@ committed offset.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
@@ -21,9 +22,10 @@ import msgspec
 from streamkit._core.clock import Clock
 from streamkit._core.types import TopicPartition
 from streamkit.log.partition import Partition
-from streamkit.log.records import NewRecord, decode_batches
+from streamkit.log.records import NewRecord, decode_batches, iter_batches
 
 OFFSETS_TOPIC = "__consumer_offsets"
+logger = logging.getLogger(__name__)
 
 
 class OffsetAndMetadata(NamedTuple):
@@ -51,6 +53,7 @@ class GroupOffsets:
         self._clock = clock
         self._offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
         self._lock = threading.Lock()
+        self.skipped = 0
         self._load()
 
     def _load(self) -> None:
@@ -60,20 +63,32 @@ class GroupOffsets:
             data = self._partition.read(offset, 4 * 1024 * 1024)
             if not data:
                 break
-            for header, records in decode_batches(data):
+            for _pos, header in iter_batches(data):
+                # Past every batch, control batches (transaction markers) included: a read
+                # that ends in one must not be read again and again.
+                offset = header.next_offset
+            for _header, records in decode_batches(data):
                 for record in records:
                     if record.key is None:
                         continue
-                    group, topic, part = _decode_key(record.key)
+                    try:
+                        group, topic, part = _decode_key(record.key)
+                        v = None if record.value is None else _decode_value(record.value)
+                    except msgspec.DecodeError as exc:
+                        # Not ours (nothing we write looks like this): report it, keep the rest.
+                        self.skipped += 1
+                        logger.warning(
+                            "%s offset %d is not a committed offset and was skipped: %s",
+                            self._partition.tp, record.offset, exc,
+                        )
+                        continue
                     tp = TopicPartition(topic, part)
-                    if record.value is None:
+                    if v is None:
                         self._offsets.get(group, {}).pop(tp, None)
                     else:
-                        v = _decode_value(record.value)
                         self._offsets.setdefault(group, {})[tp] = OffsetAndMetadata(
                             v.offset, v.metadata, v.commit_timestamp_ms
                         )
-                offset = header.next_offset
 
     def commit(self, group_id: str, offsets: Mapping[TopicPartition, tuple[int, str]]) -> None:
         """Store ``offsets`` for ``group_id``; durable (fsynced) when this returns."""

@@ -25,7 +25,13 @@ from pathlib import Path
 from streamkit._core.clock import Clock
 from streamkit._core.types import TopicPartition
 from streamkit.log.config import TopicConfig
-from streamkit.log.errors import LogClosedError, OffsetOutOfRangeError, RecordTooLargeError
+from streamkit.log.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    LogClosedError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+)
 from streamkit.log.records import (
     BatchHeader,
     NewRecord,
@@ -102,6 +108,8 @@ class Partition:
             segments.append(seg)
         if not segments:
             segments.append(Segment.create(self.directory, 0, self.config.index_interval_bytes))
+            # The new file's name must be durable before an fsynced append to it counts.
+            fsync_dir(self.directory)
         self._set_segments(segments)
         return reports
 
@@ -248,13 +256,23 @@ class Partition:
         for seg in self._segments:
             if seg.max_timestamp < timestamp:
                 continue
-            start_offset = seg.time_index.lookup(timestamp) + 1
-            found = seg.find_position(start_offset)
+            bound = seg.time_index.lookup(timestamp)
+            if bound >= seg.base_offset:
+                # The entry claims every batch up to ``bound`` lies before ``timestamp``; a
+                # damaged entry must not make us skip records, so check the batch it names.
+                named = seg.find_position(bound)
+                if named is None or named[1].last_offset != bound or named[1].max_timestamp >= timestamp:
+                    bound = seg.base_offset - 1
+            found = seg.find_position(bound + 1)
             if found is None:
                 continue
-            for _pos, header, view in seg.batches(found[0]):
+            for pos, header, view in seg.batches(found[0]):
                 if header.max_timestamp < timestamp or header.is_control:
                     continue
+                try:
+                    check_batch(view)  # never answer from a damaged batch
+                except InvalidRecordError as exc:
+                    raise CorruptRecordError(f"{seg.log_path} at position {pos}: {exc}") from exc
                 for record in decode_records(header, view):
                     if record.timestamp >= timestamp:
                         return record.offset, record.timestamp

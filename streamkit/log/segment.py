@@ -8,11 +8,21 @@ The ``.log`` file is a plain concatenation of record batches exactly as they wer
 * a segment is appended to only while it is its partition's active (last) segment; once
   rolled it is flushed and never changes again, except by the compactor's atomic swap;
 * every batch served by ``read`` has passed its CRC check: a damaged byte on disk raises
-  ``CorruptRecordError``, it is never returned.
+  ``CorruptRecordError``, it is never returned;
+* a read never silently skips data: a break in the batch structure (length, magic, base
+  offsets out of order) raises ``CorruptRecordError`` too; an index entry that does not name
+  the batch it points at is distrusted (lookups scan from the start; the next open rebuilds).
 
 A segment is opened in one of two ways: trusting its indexes (a clean shutdown, or a segment
 older than the active one) or recovering it (scan every batch, check sizes, magic, CRC and
-offset order, truncate a torn or corrupt tail, rebuild both indexes).
+offset order, truncate a torn or corrupt tail, rebuild both indexes). The active segment
+recovers strictly: its batches must follow each other exactly, the first bad one ends it. A
+closed segment whose indexes must be rebuilt was fsynced whole when it was sealed and may
+have compaction gaps: a batch failing its CRC there is kept (reads of it raise) instead of
+cutting off the acknowledged batches behind it.
+
+Not checked on a trusting open: bytes no CRC covers (base offset, partition leader epoch) of
+batches the open does not walk. As in Kafka, a clean shutdown is trusted.
 """
 
 from __future__ import annotations
@@ -40,6 +50,7 @@ from streamkit.log.records import (
 _WALK_CHUNK = 64 * 1024
 _RECOVER_CHUNK = 4 * 1024 * 1024
 _MIN_BATCH_LENGTH = BATCH_OVERHEAD - LOG_OVERHEAD
+_MAX_RELATIVE_OFFSET = 2**31 - 1  # index entries hold offsets relative to the base as INT32
 
 
 def segment_name(base_offset: int) -> str:
@@ -114,19 +125,20 @@ class Segment:
         ``recover`` scans and checks every batch (the active segment after an unclean
         shutdown). Otherwise the indexes are trusted when they agree with the log, and
         rebuilt when they do not. ``closed`` says the segment is not the active one: its
-        bytes were fsynced when it was sealed, so a rebuild keeps a batch whose CRC fails
-        (reads of it raise ``CorruptRecordError``) rather than dropping the acknowledged
-        batches behind it; only a break in the batch structure truncates.
+        bytes were fsynced when it was sealed and compaction may have left offset gaps in
+        it, so a rebuild accepts gaps and keeps a batch whose CRC fails (reads of it raise
+        ``CorruptRecordError``) rather than dropping the acknowledged batches behind it; only
+        a break in the batch structure truncates. The active segment must be contiguous.
         """
         seg = cls(directory, base_offset, index_interval_bytes)
         seg._open_fd()
         seg.size = os.fstat(seg._fd).st_size
         if recover:
-            return seg, seg._recover("unclean shutdown", keep_corrupt=closed)
-        report = seg._open_trusting_indexes()
-        if report is not None:
-            report = seg._recover(report, keep_corrupt=closed)
-        return seg, report
+            return seg, seg._recover("unclean shutdown", closed=closed)
+        problem = seg._open_trusting_indexes()
+        if problem is None:
+            return seg, None
+        return seg, seg._recover(problem, closed=closed)
 
     def _open_trusting_indexes(self) -> str | None:
         """Load the indexes and learn the segment's end; the reason to rebuild, or None."""
@@ -158,26 +170,69 @@ class Segment:
         )
         if time_index is None:
             return "time index missing or inconsistent"
-        self.time_index = time_index
         last_time = time_index.last_entry()
-        if last_time is not None and last_time[0] > self.max_timestamp:
-            self.max_timestamp, self.offset_of_max_timestamp = last_time
+        if last_time is not None:
+            # The newest entry gives the segment's max timestamp (retention, time lookups):
+            # it must name a real batch that carries that timestamp.
+            try:
+                found = self.find_position(last_time[1])
+            except CorruptRecordError:
+                found = None
+            if found is None or (found[1].last_offset, found[1].max_timestamp) != (
+                last_time[1],
+                last_time[0],
+            ):
+                return "time index disagrees with the log"
+            if last_time[0] > self.max_timestamp:
+                self.max_timestamp, self.offset_of_max_timestamp = last_time
+        self.time_index = time_index
         self._bytes_since_index = self.size - (last[1] if last else 0)
         if self.size:
             self.first_batch_timestamp = parse_header(os.pread(self._fd, BATCH_OVERHEAD, 0)).max_timestamp
         return None
 
-    def _open_fd(self) -> None:
-        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    @classmethod
+    def load_replacement(
+        cls, directory: Path, base_offset: int, index_interval_bytes: int, source: Path
+    ) -> Segment:
+        """A closed segment read from ``source`` (the compactor's ``.cleaned`` file), with
+        its indexes built in memory only, ready to take the place of ``<base>.log``.
+
+        The scan runs before any lock is taken. The caller renames ``source`` over the
+        segment's ``.log`` (the open descriptor follows the file) and then calls
+        ``write_indexes``.
+        """
+        seg = cls(directory, base_offset, index_interval_bytes)
+        seg._open_fd(source)
+        seg.size = os.fstat(seg._fd).st_size
+        seg._recover("compacted", closed=True, write_indexes=False)
+        return seg
+
+    def write_indexes(self) -> None:
+        """Write both index files whole, with the final max-timestamp entry, and fsync them."""
+        if self.max_timestamp >= 0:
+            self.time_index.append(self.max_timestamp, self.offset_of_max_timestamp)
+        self.index.rewrite()
+        self.time_index.rewrite()
+
+    def _open_fd(self, path: Path | None = None) -> None:
+        self._fd = os.open(
+            self.log_path if path is None else path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644
+        )
         # Readers may hold this segment after retention removed it; the descriptor closes
         # when the last of them lets go (POSIX keeps an unlinked file readable).
         weakref.finalize(self, _close_quietly, self._fd)
 
-    def _recover(self, reason: str, *, keep_corrupt: bool = False) -> RecoveryReport | None:
+    def _recover(
+        self, reason: str, *, closed: bool = False, write_indexes: bool = True
+    ) -> RecoveryReport | None:
         """Scan every batch, keep the valid prefix, rebuild indexes.
 
-        With ``keep_corrupt`` a batch that is whole and in offset order but fails its CRC is
-        kept and indexed (reads of it raise); otherwise it ends the valid prefix.
+        The active segment (``closed`` false) was written by appends alone, so its batches
+        are contiguous: a batch that does not start exactly where the previous one ended, or
+        fails its CRC, ends the valid prefix. A closed segment may have gaps (compaction), and
+        a batch in it that is whole and in order but fails its CRC is kept and indexed (reads
+        of it raise) rather than dropping the acknowledged batches behind it.
         """
         self.index = OffsetIndex(self.index_path, self.base_offset)
         self.time_index = TimeIndex(self.timeindex_path, self.base_offset)
@@ -186,25 +241,47 @@ class Segment:
         self.offset_of_max_timestamp = self.base_offset - 1
         self.first_batch_timestamp = -1
         self._bytes_since_index = 0
+        self._index_suspect = False
         file_size = self.size
         valid_end = 0
         problem = ""
-        pos = 0
         kept_corrupt: list[int] = []
         for pos, header, view in self._walk_bodies(0, file_size):
+            crc_ok = crc32c(view[CRC_START:]) == header.crc
+            if closed and not crc_ok and header.magic == MAGIC:
+                # Damaged, but its length and magic still frame it: keep it and the batches
+                # behind it. Nothing the CRC covers (its offset delta) can be believed, so it
+                # gets no index entry; readers bound it by the next batch's base offset.
+                if header.base_offset < self.next_offset:
+                    problem = (
+                        f"batch at position {pos} starts at offset {header.base_offset}, "
+                        f"expected at least {self.next_offset}"
+                    )
+                    break
+                kept_corrupt.append(header.base_offset)
+                self.next_offset = header.base_offset + 1
+                self._bytes_since_index += header.size
+                valid_end = pos + header.size
+                continue
             try:
                 check_batch(view, verify_crc=False)
             except InvalidRecordError as exc:
                 problem = f"batch at position {pos}: {exc}"
                 break
-            if header.base_offset < self.next_offset:
-                problem = f"batch at position {pos} goes back to offset {header.base_offset}"
+            if header.base_offset < self.next_offset or (
+                not closed and header.base_offset != self.next_offset
+            ):
+                problem = (
+                    f"batch at position {pos} starts at offset {header.base_offset}, "
+                    f"expected {self.next_offset}"
+                )
                 break
-            if crc32c(view[CRC_START:]) != header.crc:
-                if not keep_corrupt:
-                    problem = f"batch at position {pos}: CRC mismatch"
-                    break
-                kept_corrupt.append(header.base_offset)
+            if header.last_offset - self.base_offset > _MAX_RELATIVE_OFFSET:
+                problem = f"batch at position {pos} ends at offset {header.last_offset}, out of the segment's range"
+                break
+            if not crc_ok:
+                problem = f"batch at position {pos}: CRC mismatch"
+                break
             self._index_batch(header, pos)
             valid_end = pos + header.size
         if valid_end < file_size and not problem:
@@ -219,8 +296,9 @@ class Segment:
             os.ftruncate(self._fd, valid_end)
             os.fsync(self._fd)
         self.size = valid_end
-        self.index.rewrite()
-        self.time_index.rewrite()
+        if write_indexes:
+            self.index.rewrite()
+            self.time_index.rewrite()
         if not truncated and not kept_corrupt and reason == "unclean shutdown":
             return None
         return RecoveryReport(
@@ -293,11 +371,17 @@ class Segment:
         rest = memoryview(data)[8:]
         parts: list[bytes | memoryview] = [stamp, rest]
         total = len(data)
-        written = os.writev(self._fd, parts)
-        if written < total:  # a short write (full disk, signal): finish it or fail loudly
-            full = stamp + bytes(rest)
-            while written < total:
-                written += os.write(self._fd, full[written:])
+        try:
+            written = os.writev(self._fd, parts)
+            if written < total:  # a short write (full disk, signal): finish it or fail loudly
+                full = stamp + bytes(rest)
+                while written < total:
+                    written += os.write(self._fd, full[written:])
+        except BaseException:
+            # The file is opened O_APPEND: whatever part of the batch got written must go, or
+            # every later batch would land after it, away from the positions we index.
+            os.ftruncate(self._fd, position)
+            raise
         stamped_last = base_offset + header.last_offset_delta
         self._dirty = True
         self.size = position + total
@@ -353,9 +437,16 @@ class Segment:
             if first is None or first.last_offset != indexed_last:
                 self._index_suspect = True
                 start = 0
+        # A batch covers offsets up to its last offset, but never into the next batch: a
+        # damaged offset delta (kept in a closed segment, failing its CRC) must not hide the
+        # batches behind it.
+        previous: tuple[int, BatchHeader] | None = None
         for pos, header in self._scan(start, limit):
-            if header.last_offset >= offset:
-                return pos, header
+            if previous is not None and _covers(previous[1], offset, header.base_offset):
+                return previous
+            previous = pos, header
+        if previous is not None and _covers(previous[1], offset, None):
+            return previous
         return None
 
     def _header_at(self, position: int, limit: int) -> BatchHeader | None:
@@ -367,15 +458,19 @@ class Segment:
         return parse_header(raw)
 
     def _scan(self, start: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
-        """``_walk`` for readers: every batch up to ``end``, or ``CorruptRecordError``."""
-        next_offset = self.base_offset
+        """``_walk`` for readers: every batch up to ``end``, or ``CorruptRecordError``.
+
+        Base offsets must strictly increase (a batch's offset delta is checked by its CRC
+        when it is read, not here).
+        """
+        previous_base = self.base_offset - 1
         pos = start
         for pos, header in self._walk(start, end):
             if header.magic != MAGIC:
                 raise self._corrupt(pos, f"batch magic is {header.magic}")
-            if header.base_offset < next_offset or header.last_offset_delta < 0:
+            if header.base_offset <= previous_base:
                 raise self._corrupt(pos, f"batch base offset {header.base_offset} is out of order")
-            next_offset = header.next_offset
+            previous_base = header.base_offset
             yield pos, header
             pos += header.size
         if pos < end:
@@ -482,6 +577,14 @@ class Segment:
     @property
     def is_empty(self) -> bool:
         return self.size == 0
+
+
+def _covers(header: BatchHeader, offset: int, next_base: int | None) -> bool:
+    """Whether ``offset`` is at or before the end of the batch, bounded by its successor."""
+    last = max(header.last_offset, header.base_offset)
+    if next_base is not None:
+        last = min(last, next_base - 1)
+    return last >= offset
 
 
 def _close_quietly(fd: int) -> None:

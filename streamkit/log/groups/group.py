@@ -17,7 +17,8 @@ States: ``Empty -> PreparingRebalance -> CompletingRebalance -> Stable`` (+ ``De
 
 Invariants (the tests check them):
 
-* the state is Empty exactly when the group has no members (unless Dead);
+* an Empty group has no members; a group without members is Empty, Dead, or in a
+  PreparingRebalance that waits out its initial delay or a MEMBER_ID_REQUIRED id;
 * the generation never decreases, and goes up by one per completed join;
 * every parked request (a ticket) is answered exactly once; one member has at most one
   parked JoinGroup and one parked SyncGroup (a newer one answers the older with
@@ -43,14 +44,11 @@ from streamkit.log.groups.membership import Member, Membership
 from streamkit.log.groups.messages import (
     Delivery,
     GroupConfig,
-    GroupDescription,
-    GroupListing,
     GroupState,
     HeartbeatResult,
     JoinGroupRequest,
     JoinGroupResult,
     LeaveGroupResult,
-    MemberDescription,
     Parked,
     Step,
     SyncGroupResult,
@@ -109,11 +107,19 @@ class Group:
         protocol_type: str | None = None,
         protocol_name: str | None = None,
     ) -> Step[SyncGroupResult]:
+        """SyncGroup: followers wait in CompletingRebalance until the leader's arrives."""
         now_ms = self._advance(now_ms)
-        reply = self._sync(
-            now_ms, member_id, generation_id, assignments, group_instance_id, protocol_type,
-            protocol_name,
-        )
+        error = self._check_member(member_id, generation_id, group_instance_id)
+        if error is E.NONE and (
+            (protocol_type is not None and protocol_type != self.members.protocol_type)
+            or (protocol_name is not None and protocol_name != self.protocol_name)
+        ):
+            error = E.INCONSISTENT_GROUP_PROTOCOL
+        reply: SyncGroupResult | Parked = SyncGroupResult(error)
+        if error is E.NONE and self.state is S.PREPARING_REBALANCE:
+            reply = SyncGroupResult(E.REBALANCE_IN_PROGRESS)
+        elif error is E.NONE:
+            reply = self._sync(now_ms, self._member(member_id), assignments)
         return self._finish(now_ms, reply, SyncGroupResult)
 
     def heartbeat(
@@ -132,7 +138,8 @@ class Group:
         self, now_ms: int, member_id: str, group_instance_id: str | None = None
     ) -> Step[LeaveGroupResult]:
         now_ms = self._advance(now_ms)
-        return self._finish(now_ms, self._leave(now_ms, member_id, group_instance_id), LeaveGroupResult)
+        error = self._leave(now_ms, member_id, group_instance_id)
+        return self._finish(now_ms, LeaveGroupResult(error), LeaveGroupResult)
 
     def validate_offset_commit(
         self, now_ms: int, member_id: str, generation_id: int, group_instance_id: str | None = None
@@ -176,25 +183,6 @@ class Group:
         for member in self.members:
             tickets |= {t for t in (member.join_ticket, member.sync_ticket) if t is not None}
         return tickets
-
-    def describe(self) -> GroupDescription:
-        if self.state is S.DEAD:
-            return GroupDescription(self.group_id, E.NONE, S.DEAD)
-        stable = self.state is S.STABLE and self.protocol_name is not None
-        protocol = self.protocol_name if stable and self.protocol_name is not None else ""
-        members = tuple(
-            MemberDescription(
-                m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                m.metadata(protocol) if stable else b"", m.assignment if stable else b"",
-            )
-            for m in self.members
-        )
-        return GroupDescription(
-            self.group_id, E.NONE, self.state, self.members.protocol_type or "", protocol, members
-        )
-
-    def listing(self) -> GroupListing:
-        return GroupListing(self.group_id, self.members.protocol_type or "", self.state)
 
     # -- JoinGroup --------------------------------------------------------------------------
 
@@ -363,34 +351,16 @@ class Group:
     # -- SyncGroup, LeaveGroup --------------------------------------------------------------
 
     def _sync(
-        self,
-        now_ms: int,
-        member_id: str,
-        generation_id: int,
-        assignments: Mapping[str, bytes],
-        group_instance_id: str | None,
-        protocol_type: str | None,
-        protocol_name: str | None,
+        self, now_ms: int, member: Member, assignments: Mapping[str, bytes]
     ) -> SyncGroupResult | Parked:
-        error = self._check_member(member_id, generation_id, group_instance_id)
-        if error is E.NONE and (
-            (protocol_type is not None and protocol_type != self.members.protocol_type)
-            or (protocol_name is not None and protocol_name != self.protocol_name)
-        ):
-            error = E.INCONSISTENT_GROUP_PROTOCOL
-        if error is not E.NONE:
-            return SyncGroupResult(error)
-        if self.state is S.PREPARING_REBALANCE:
-            return SyncGroupResult(E.REBALANCE_IN_PROGRESS)
-        member = self._member(member_id)
         member.touch(now_ms)
-        self._pending_sync.discard(member_id)
+        self._pending_sync.discard(member.member_id)
         if self.state is S.STABLE:
             return SyncGroupResult(
                 E.NONE, member.assignment, self.members.protocol_type or "", self.protocol_name or ""
             )
         parked = self._outbox.park_sync(member)
-        if member_id == self.members.leader_id:
+        if member.member_id == self.members.leader_id:
             for m in self.members:  # members the leader left out get empty bytes
                 m.assignment = bytes(assignments.get(m.member_id, b""))
             self._propagate_assignment(now_ms, E.NONE)
@@ -410,24 +380,22 @@ class Group:
             if self._outbox.answer_sync(member, result):
                 member.touch(now_ms)
 
-    def _leave(
-        self, now_ms: int, member_id: str, group_instance_id: str | None
-    ) -> LeaveGroupResult:
+    def _leave(self, now_ms: int, member_id: str, group_instance_id: str | None) -> GroupErrorCode:
         if self.state is S.DEAD:
-            return LeaveGroupResult(E.COORDINATOR_NOT_AVAILABLE)
+            return E.COORDINATOR_NOT_AVAILABLE
         if not member_id and group_instance_id is not None:  # LeaveGroup v3+ by instance id
             member_id = self.members.static_member_id(group_instance_id) or ""
         if member_id in self.members.pending:
             del self.members.pending[member_id]
             self._try_complete_join(now_ms)
-            return LeaveGroupResult(E.NONE)
+            return E.NONE
         if self.members.is_fenced(group_instance_id, member_id):
-            return LeaveGroupResult(E.FENCED_INSTANCE_ID)
+            return E.FENCED_INSTANCE_ID
         member = self.members.get(member_id)
         if member is None:
-            return LeaveGroupResult(E.UNKNOWN_MEMBER_ID)
+            return E.UNKNOWN_MEMBER_ID
         self._remove_and_rebalance(now_ms, member)
-        return LeaveGroupResult(E.NONE)
+        return E.NONE
 
     def _remove_and_rebalance(self, now_ms: int, member: Member) -> None:
         self._drop(member)

@@ -29,6 +29,7 @@ from streamkit.log.groups.messages import (
     JoinGroupRequest,
     JoinGroupResult,
     LeaveGroupResult,
+    MemberDescription,
     Step,
     SyncGroupResult,
 )
@@ -60,9 +61,6 @@ class GroupRegistry:
 
     def get(self, group_id: str) -> Group | None:
         return self._groups.get(group_id)
-
-    def groups(self) -> list[Group]:
-        return list(self._groups.values())
 
     def _create(self, group_id: str) -> Group:
         group = self._groups.get(group_id)
@@ -182,10 +180,28 @@ class GroupRegistry:
     def describe(self, group_id: str) -> GroupDescription | None:
         """The group's description, or None if this coordinator never saw it."""
         group = self._groups.get(group_id)
-        return None if group is None else group.describe()
+        return None if group is None else describe(group)
 
     def listings(self) -> list[GroupListing]:
         """Every group that is not Dead."""
         return [
-            group.listing() for group in self._groups.values() if group.state is not GroupState.DEAD
+            GroupListing(group.group_id, group.members.protocol_type or "", group.state)
+            for group in self._groups.values()
+            if group.state is not GroupState.DEAD
         ]
+
+
+def describe(group: Group) -> GroupDescription:
+    """DescribeGroups' view of a group: metadata and assignments only when Stable (as Kafka)."""
+    if group.state is GroupState.DEAD:
+        return GroupDescription(group.group_id, E.NONE, GroupState.DEAD)
+    protocol = group.protocol_name or "" if group.state is GroupState.STABLE else ""
+    members = tuple(
+        MemberDescription(
+            m.member_id, m.group_instance_id, m.client_id, m.client_host,
+            m.metadata(protocol) if protocol else b"", m.assignment if protocol else b"",
+        )
+        for m in group.members
+    )
+    protocol_type = group.members.protocol_type or ""
+    return GroupDescription(group.group_id, E.NONE, group.state, protocol_type, protocol, members)

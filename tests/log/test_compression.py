@@ -1,0 +1,195 @@
+"""Record-batch compression codecs: round trips, the real clients' encodings, hostile input."""
+
+from __future__ import annotations
+
+import struct
+
+import aiokafka.codec
+import hypothesis.strategies as st
+import kafka.codec
+import pytest
+from hypothesis import given, settings
+
+from streamkit.log import compression
+from streamkit.log.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD
+from streamkit.log.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    UnsupportedCompressionError,
+)
+
+CODECS = [NONE, GZIP, SNAPPY, LZ4, ZSTD]
+COMPRESSED = [GZIP, SNAPPY, LZ4, ZSTD]
+SETTINGS = settings(max_examples=200, deadline=None)
+
+# Enough repetition to compress, and past snappy-java's 32 KiB xerial block size.
+BIG = b"".join(b"record %06d: some fairly repetitive payload\n" % i for i in range(2000))
+
+
+def test_codec_names_and_ids_match_kafka() -> None:
+    assert compression.CODEC_NAMES == {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+    assert compression.CODEC_IDS["zstd"] == ZSTD
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=compression.CODEC_NAMES.get)
+@pytest.mark.parametrize("data", [b"", b"x", BIG], ids=["empty", "one-byte", "big"])
+def test_round_trip(codec: int, data: bytes) -> None:
+    packed = compression.compress(codec, data)
+    assert compression.decompress(codec, packed) == data
+    assert compression.decompress(codec, memoryview(b"??" + packed)[2:]) == data
+    if codec != NONE and data is BIG:
+        assert len(packed) < len(data) // 4
+
+
+@given(codec=st.sampled_from(CODECS), data=st.binary(max_size=5000))
+@SETTINGS
+def test_round_trip_property(codec: int, data: bytes) -> None:
+    assert compression.decompress(codec, compression.compress(codec, data)) == data
+
+
+@pytest.mark.parametrize("codec", [5, 6, 7])
+def test_unknown_codec_is_unsupported(codec: int) -> None:
+    with pytest.raises(UnsupportedCompressionError):
+        compression.compress(codec, b"data")
+    with pytest.raises(UnsupportedCompressionError):
+        compression.decompress(codec, b"data")
+    assert issubclass(UnsupportedCompressionError, InvalidRecordError)
+
+
+def test_lz4_frames_have_independent_blocks() -> None:
+    """Kafka's Java reader rejects block-linked LZ4 frames; librdkafka writes independent ones."""
+    frame = compression.compress(LZ4, BIG)
+    assert frame[:4] == b"\x04\x22\x4d\x18"  # LZ4 frame magic
+    flg = frame[4]
+    assert flg >> 6 == 1  # frame version 01
+    assert flg & 0x20, "block independence flag must be set"
+    assert not flg & 0x04, "no content checksum, like Kafka's own writer"
+
+
+def test_snappy_writes_raw_blocks() -> None:
+    assert not compression.compress(SNAPPY, BIG).startswith(b"\x82SNAPPY\x00")
+
+
+# --- what the real clients write -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("data", [b"", b"abc", BIG], ids=["empty", "short", "multi-block"])
+def test_reads_xerial_snappy_from_aiokafka(data: bytes) -> None:
+    framed = aiokafka.codec.snappy_encode(data, xerial_compatible=True)
+    assert framed.startswith(b"\x82SNAPPY\x00")
+    assert compression.decompress(SNAPPY, framed) == data
+    raw = aiokafka.codec.snappy_encode(data, xerial_compatible=False)
+    assert compression.decompress(SNAPPY, raw) == data
+
+
+def test_xerial_snappy_has_several_blocks_for_big_data() -> None:
+    framed = aiokafka.codec.snappy_encode(BIG, xerial_compatible=True, xerial_blocksize=4096)
+    (first_block,) = struct.unpack_from(">i", framed, 16)
+    assert 20 + first_block < len(framed)  # more blocks follow
+    assert compression.decompress(SNAPPY, framed) == BIG
+
+
+def _require_kafka_python_codec(codec: int) -> None:
+    available = {
+        GZIP: kafka.codec.has_gzip,
+        SNAPPY: kafka.codec.has_snappy,
+        LZ4: kafka.codec.has_lz4,
+        ZSTD: kafka.codec.has_zstd,
+    }[codec]()
+    package = {SNAPPY: "python-snappy", LZ4: "lz4", ZSTD: "zstandard"}.get(codec)
+    assert available, f"kafka-python needs the {package!r} package for this codec (dev extra)"
+
+
+KAFKA_PYTHON_CODECS = {
+    GZIP: (kafka.codec.gzip_encode, kafka.codec.gzip_decode),
+    SNAPPY: (kafka.codec.snappy_encode, kafka.codec.snappy_decode),
+    LZ4: (lambda d: kafka.codec.lz4_encode(d), lambda d: kafka.codec.lz4_decode(d)),
+    ZSTD: (kafka.codec.zstd_encode, kafka.codec.zstd_decode),
+}
+AIOKAFKA_CODECS = {
+    GZIP: (aiokafka.codec.gzip_encode, aiokafka.codec.gzip_decode),
+    SNAPPY: (aiokafka.codec.snappy_encode, aiokafka.codec.snappy_decode),
+    LZ4: (aiokafka.codec.lz4_encode, aiokafka.codec.lz4_decode),
+    ZSTD: (aiokafka.codec.zstd_encode, aiokafka.codec.zstd_decode),
+}
+
+
+@pytest.mark.parametrize("codec", COMPRESSED, ids=compression.CODEC_NAMES.get)
+@pytest.mark.parametrize("data", [b"", b"abc", BIG], ids=["empty", "short", "big"])
+def test_codecs_agree_with_kafka_python(codec: int, data: bytes) -> None:
+    _require_kafka_python_codec(codec)
+    encode, decode = KAFKA_PYTHON_CODECS[codec]
+    assert compression.decompress(codec, encode(data)) == data
+    assert decode(compression.compress(codec, data)) == data
+
+
+@pytest.mark.parametrize("codec", COMPRESSED, ids=compression.CODEC_NAMES.get)
+@pytest.mark.parametrize("data", [b"", b"abc", BIG], ids=["empty", "short", "big"])
+def test_codecs_agree_with_aiokafka(codec: int, data: bytes) -> None:
+    encode, decode = AIOKAFKA_CODECS[codec]
+    assert compression.decompress(codec, encode(data)) == data
+    assert decode(compression.compress(codec, data)) == data
+
+
+# --- hostile input ---------------------------------------------------------------------------
+
+
+@given(codec=st.sampled_from(COMPRESSED), junk=st.binary(max_size=300))
+@SETTINGS
+def test_garbage_raises_corrupt_record_error(codec: int, junk: bytes) -> None:
+    try:
+        compression.decompress(codec, junk)
+    except CorruptRecordError:
+        pass
+
+
+@given(
+    codec=st.sampled_from(COMPRESSED),
+    data=st.binary(min_size=1, max_size=2000),
+    edits=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), min_size=1, max_size=4),
+    cut=st.integers(0, 10_000),
+)
+@SETTINGS
+def test_damaged_frames_raise_corrupt_record_error(
+    codec: int, data: bytes, edits: list[tuple[int, int]], cut: int
+) -> None:
+    packed = bytearray(compression.compress(codec, data * 3))
+    for pos, byte in edits:
+        packed[pos % len(packed)] = byte
+    del packed[cut % (len(packed) + 1) :]
+    try:
+        compression.decompress(codec, bytes(packed))
+    except CorruptRecordError:
+        pass
+
+
+def test_truncated_xerial_frames_raise_corrupt_record_error() -> None:
+    framed = aiokafka.codec.snappy_encode(BIG, xerial_compatible=True)
+    for cut in (17, 18, 19, 20, 21, 100, len(framed) - 1):
+        with pytest.raises(CorruptRecordError):
+            compression.decompress(SNAPPY, framed[:cut])
+    negative = framed[:16] + struct.pack(">i", -5) + framed[20:]
+    with pytest.raises(CorruptRecordError):
+        compression.decompress(SNAPPY, negative)
+
+
+@pytest.mark.parametrize("claimed", [2**32 - 1, 2**31, 10**9], ids=["4GiB", "2GiB", "1GB"])
+def test_snappy_block_claiming_a_huge_length_is_refused_before_allocating(claimed: int) -> None:
+    """cramjam allocates the claimed size up front and aborts the process if it cannot."""
+    preamble = bytearray()
+    v = claimed
+    while v >= 0x80:
+        preamble.append((v & 0x7F) | 0x80)
+        v >>= 7
+    preamble.append(v)
+    raw = bytes(preamble) + b"\x00" * 8
+    with pytest.raises(CorruptRecordError, match="claims"):
+        compression.decompress(SNAPPY, raw)
+    xerial = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1) + struct.pack(">i", len(raw)) + raw
+    with pytest.raises(CorruptRecordError, match="claims"):
+        compression.decompress(SNAPPY, xerial)
+
+
+def test_snappy_bound_admits_the_most_compressible_input() -> None:
+    zeros = b"\x00" * 1_000_000
+    assert compression.decompress(SNAPPY, compression.compress(SNAPPY, zeros)) == zeros
