@@ -101,6 +101,12 @@ class OffsetIndex:
             return None
         return self.base_offset + self._offsets[-1], self._positions[-1]
 
+    def boundary_before(self, position: int) -> int:
+        """The greatest indexed batch start <= ``position`` (0 when none): a batch boundary, so
+        a read can end exactly there instead of trimming a partial batch."""
+        i = bisect.bisect_right(self._positions, position) - 1
+        return self._positions[i] if i >= 0 else 0
+
     def truncate_to_position(self, position: int) -> None:
         """Drop entries for batches at or after ``position`` and rewrite the file."""
         keep = bisect.bisect_left(self._positions, position)

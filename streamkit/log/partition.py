@@ -9,7 +9,12 @@ Invariants:
 * a single node has no replicas, so the high watermark is the log end offset: everything
   appended is visible to readers once ``append`` returns;
 * appends and segment-list changes hold ``_lock``; readers take a snapshot of the segment list
-  and never block writers.
+  and never block writers;
+* durability follows the flush policy, as in Kafka: rolling a segment does not fsync it on the
+  appending thread; the next flush does, then records the *recovery point* (every offset
+  below it is on disk) in ``recovery-point``. After an unclean shutdown every segment from
+  the one holding the recovery point on is recovered; when one of them had to be cut, the
+  segments after it are dropped, so the log stays a prefix of what was appended.
 """
 
 from __future__ import annotations
@@ -71,6 +76,9 @@ class Partition:
         self._view: tuple[list[Segment], list[int]] = ([], [])
         self._lock = threading.RLock()
         self._unflushed_records = 0
+        self._unflushed_segments: list[Segment] = []
+        self._dir_dirty = False
+        self._recovery_point = 0
         self._last_flush_ms = clock.monotonic_ms()
         self._closed = False
         self.listeners: list[AppendListener] = []
@@ -93,6 +101,13 @@ class Partition:
         for base in set(_index_bases(self.directory)) - set(bases):
             for suffix in (".index", ".timeindex"):
                 (self.directory / f"{base:020d}{suffix}").unlink(missing_ok=True)
+        # After a crash, recover every segment a flush had not made durable; older ones were
+        # fsynced whole before the recovery point moved past them.
+        recover_from = len(bases)
+        point = -1
+        if not clean_shutdown:
+            point = _read_recovery_point(self.directory)
+            recover_from = max(0, bisect.bisect_right(bases, point) - 1)
         segments: list[Segment] = []
         for i, base in enumerate(bases):
             last = i == len(bases) - 1
@@ -100,23 +115,43 @@ class Partition:
                 self.directory,
                 base,
                 self.config.index_interval_bytes,
-                recover=last and not clean_shutdown,
-                closed=not last,
+                recover=i >= recover_from,
+                closed=not last and i < recover_from,
             )
             if report is not None:
                 reports.append(report)
             segments.append(seg)
+            if i >= recover_from and report is not None and report.truncated_bytes and not last:
+                # A cut before the end: what followed was never durable as a whole.
+                for later in bases[i + 1 :]:
+                    dropped = Segment(self.directory, later, self.config.index_interval_bytes)
+                    dropped.delete()
+                    reports.append(
+                        RecoveryReport(str(dropped.log_path), 0, later, "dropped: follows a cut segment", False)
+                    )
+                break
         if not segments:
             segments.append(Segment.create(self.directory, 0, self.config.index_interval_bytes))
             # The new file's name must be durable before an fsynced append to it counts.
             fsync_dir(self.directory)
         self._set_segments(segments)
+        if clean_shutdown:
+            self._recovery_point = segments[-1].next_offset
+            _write_recovery_point(self.directory, self._recovery_point)
+        else:
+            # What recovery read may have been in the page cache only (a killed process, not
+            # a lost machine): the first flush fsyncs it before the recovery point moves.
+            self._recovery_point = point
+            self._unflushed_segments = segments[recover_from:-1]
+            segments[-1].mark_dirty()
+            self._dir_dirty = True
         return reports
 
     def close(self) -> None:
         with self._lock:
             if self._closed:
                 return
+            self._flush_locked()
             for seg in self._segments:
                 seg.close()
             self._closed = True
@@ -195,28 +230,49 @@ class Partition:
         return base + header.last_offset_delta - active.base_offset > _MAX_RELATIVE_OFFSET
 
     def _roll(self, base_offset: int) -> Segment:
-        self._segments[-1].seal()
-        self._unflushed_records = 0
+        old = self._segments[-1]
+        old.seal(fsync=False)  # durable at the next flush, off the appending thread
+        self._unflushed_segments.append(old)
         seg = Segment.create(self.directory, base_offset, self.config.index_interval_bytes)
-        fsync_dir(self.directory)
+        self._dir_dirty = True
         self._set_segments([*self._segments, seg])
         return seg
 
     # -- durability ------------------------------------------------------------------------
 
     def flush(self) -> None:
+        """Make everything appended so far durable and move the recovery point to the end."""
+        with self._lock:
+            rolled, self._unflushed_segments = self._unflushed_segments, []
+        # Rolled segments no longer change: fsync them without holding up appends.
+        for seg in rolled:
+            seg.flush(fsync=True, fsync_indexes=True)
         with self._lock:
             self._flush_locked()
 
     def _flush_locked(self) -> None:
         if self._closed:
             return
-        self._segments[-1].flush(fsync=True)
+        for seg in self._unflushed_segments:
+            seg.flush(fsync=True, fsync_indexes=True)
+        self._unflushed_segments = []
+        active = self._segments[-1]
+        active.flush(fsync=True)
+        if self._dir_dirty:
+            fsync_dir(self.directory)
+            self._dir_dirty = False
         self._unflushed_records = 0
         self._last_flush_ms = self.clock.monotonic_ms()
+        if active.next_offset != self._recovery_point:
+            self._recovery_point = active.next_offset
+            _write_recovery_point(self.directory, self._recovery_point)
 
     def maybe_flush(self) -> bool:
-        """Flush when ``flush.ms`` has passed since the last flush and data is waiting."""
+        """Flush when ``flush.ms`` has passed since the last flush and data is waiting, or at
+        once when a segment was rolled (Kafka flushes a rolled segment right away too)."""
+        if self._unflushed_segments:
+            self.flush()
+            return True
         if not self.config.flush_ms or not self._unflushed_records:
             return False
         if self.clock.monotonic_ms() - self._last_flush_ms < self.config.flush_ms:
@@ -306,6 +362,25 @@ class Partition:
 
     def update_config(self, config: TopicConfig) -> None:
         self.config = config
+
+
+RECOVERY_POINT_FILE = "recovery-point"
+
+
+def _read_recovery_point(directory: Path) -> int:
+    """The offset below which the partition was durable; 0 (recover all) when unknown."""
+    try:
+        return max(0, int((directory / RECOVERY_POINT_FILE).read_text().strip()))
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def _write_recovery_point(directory: Path, offset: int) -> None:
+    # Written after the data it vouches for is fsynced. Not fsynced itself: a lost update
+    # only means recovering more than needed after a crash.
+    tmp = directory / (RECOVERY_POINT_FILE + ".tmp")
+    tmp.write_text(f"{offset}\n")
+    os.replace(tmp, directory / RECOVERY_POINT_FILE)
 
 
 def _cap_at(data: bytes, limit: int) -> bytes:

@@ -48,6 +48,7 @@ from streamkit.log.records import (
 )
 
 _WALK_CHUNK = 64 * 1024
+_FIRST_WALK_CHUNK = 8 * 1024  # an index entry is ~index.interval.bytes before its target
 _RECOVER_CHUNK = 4 * 1024 * 1024
 _MIN_BATCH_LENGTH = BATCH_OVERHEAD - LOG_OVERHEAD
 _MAX_RELATIVE_OFFSET = 2**31 - 1  # index entries hold offsets relative to the base as INT32
@@ -312,14 +313,19 @@ class Segment:
     # -- walking batches -------------------------------------------------------------------
 
     def _walk(self, start: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
-        """(position, header) of each whole batch in [start, end), reading headers only."""
+        """(position, header) of each whole batch in [start, end), reading headers only.
+
+        Small batches are read many to a chunk; past a batch larger than a chunk only the next
+        header (61 bytes) is read, so walking big batches does not read their bodies.
+        """
         pos = start
         buf = b""
         buf_start = start
+        chunk = _FIRST_WALK_CHUNK
         while pos + BATCH_OVERHEAD <= end:
             rel = pos - buf_start
             if rel < 0 or rel + BATCH_OVERHEAD > len(buf):
-                buf = os.pread(self._fd, min(_WALK_CHUNK, end - pos), pos)
+                buf = os.pread(self._fd, min(chunk, end - pos), pos)
                 buf_start, rel = pos, 0
                 if len(buf) < BATCH_OVERHEAD:
                     return
@@ -328,6 +334,7 @@ class Segment:
                 return
             yield pos, header
             pos += header.size
+            chunk = BATCH_OVERHEAD if header.size > _WALK_CHUNK else _WALK_CHUNK
 
     def _walk_bodies(
         self, start: int, end: int
@@ -494,6 +501,11 @@ class Segment:
             if not min_one:
                 return b""
             want = first.size
+        elif start + want < end and not self._index_suspect:
+            # End the read on an indexed batch start: no partial last batch to trim and copy.
+            boundary = self.index.boundary_before(start + want)
+            if boundary >= start + first.size:
+                want = boundary - start
         data = os.pread(self._fd, want, start)
         view = memoryview(data)
         pos = 0
@@ -543,12 +555,21 @@ class Segment:
         self.index.flush(fsync=fsync and fsync_indexes)
         self.time_index.flush(fsync=fsync and fsync_indexes)
 
-    def seal(self) -> None:
-        """The segment stops being active: index its final max timestamp and flush it all."""
+    def mark_dirty(self) -> None:
+        """The next ``flush(fsync=True)`` must fsync even if nothing is appended before it."""
+        self._dirty = True
+
+    def seal(self, *, fsync: bool = True) -> None:
+        """The segment stops being active: index its final max timestamp and write it all.
+
+        With ``fsync=False`` the bytes are durable only after a later ``flush`` (the
+        partition's flush policy); until then the partition's recovery point stays below it.
+        """
         if self.max_timestamp >= 0:
             self.time_index.append(self.max_timestamp, self.offset_of_max_timestamp)
         self._dirty = True
-        self.flush(fsync=True, fsync_indexes=True)
+        self.flush(fsync=fsync, fsync_indexes=fsync)
+        self._dirty = not fsync
 
     def truncate_to(self, offset: int) -> None:
         """Remove batches at and after ``offset`` (which must be a batch boundary)."""

@@ -90,7 +90,7 @@ def test_segments_roll_by_size(tmp_path: Path) -> None:
         part.append_records(records(1))
     assert [s.base_offset for s in part.segments] == [0, 3, 6]
     assert all(s.size <= 3 * one for s in part.segments)
-    names = sorted(p.name for p in tmp_path.iterdir())
+    names = sorted(p.name for p in tmp_path.iterdir() if p.name != "recovery-point")
     assert names == [f"{b:020d}.{ext}" for b in (0, 3, 6) for ext in ("index", "log", "timeindex")]
 
 
@@ -402,5 +402,35 @@ def test_new_segment_files_are_made_durable_in_their_directory(
     part = open_partition(tmp_path / "p", segment_bytes=one)
     assert synced == [tmp_path / "p"]  # the first segment
     part.append_records(records(1))
-    part.append_records(records(1))  # rolls
+    part.append_records(records(1))  # rolls: the new file's entry is made durable by the flush
+    assert synced == [tmp_path / "p"]
+    part.flush()
     assert synced == [tmp_path / "p"] * 2
+
+
+def test_rolled_segments_are_fsynced_by_the_flush_and_recovered_after_a_crash(tmp_path: Path) -> None:
+    """Rolling does not fsync on the appending thread; the recovery point says what a crash
+    must re-check, and a segment cut by recovery drops the (never durable) ones after it."""
+    one = len(build_batch(records(1)))
+    live = tmp_path / "live"
+    part = open_partition(live, segment_bytes=2 * one)
+    for _ in range(3):
+        part.append_records(records(1))
+    part.flush()  # offsets 0..2 durable: recovery point 3
+    for _ in range(4):
+        part.append_records(records(1))  # offsets 3..6, segments [0, 2, 4, 6]
+    assert [s.base_offset for s in part.segments] == [0, 2, 4, 6]
+    crashed = tmp_path / "crashed"
+    shutil.copytree(live, crashed)
+    # tear the middle of segment 4 (never flushed): 5 and 6 must not survive it
+    seg4 = crashed / f"{4:020d}.log"
+    seg4.write_bytes(seg4.read_bytes()[: one + 10])
+    again = Partition(crashed, TopicPartition("t", 0), part.config, ManualClock(0))
+    reports = again.open(clean_shutdown=False)
+    assert again.high_watermark == 5
+    assert [s.base_offset for s in again.segments] == [0, 2, 4]
+    assert any("dropped" in r.reason for r in reports)
+    assert any(r.truncated_bytes == 10 for r in reports)
+    data = again.read(0, 10**6)
+    assert [r.offset for _h, rs in decode_batches(data) for r in rs][:2] == [0, 1]
+    part.close()
