@@ -29,6 +29,8 @@ from streamkit.log.server import Broker, BrokerConfig
               help="Host clients are told to connect to (default: --host).")
 @click.option("--auto-create-topics/--no-auto-create-topics", default=True, show_default=True,
               help="Create unknown topics when a client asks for their metadata.")
+@click.option("--transactions/--no-transactions", default=True, show_default=True,
+              help="Serve the transaction APIs (exactly-once producers).")
 @click.option("--default-partitions", type=click.IntRange(1, 10_000), default=1, show_default=True,
               help="Partitions of auto-created topics and of CreateTopics with -1.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
@@ -39,10 +41,11 @@ def broker_command(
     port: int,
     advertised_host: str | None,
     auto_create_topics: bool,
+    transactions: bool,
     default_partitions: int,
     log_level: str,
 ) -> None:
-    """Serve the log in DATA_DIR over the Kafka wire protocol."""
+    """Serve the log in --data-dir to Kafka clients over the Kafka wire protocol."""
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -52,6 +55,7 @@ def broker_command(
             port=port,
             advertised_host=advertised_host,
             auto_create_topics=auto_create_topics,
+            transactions=transactions,
             default_partitions=default_partitions,
         )
         asyncio.run(_serve(data_dir, config))

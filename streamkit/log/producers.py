@@ -28,7 +28,8 @@ decoded, except the one control record of each marker batch). A snapshot is dele
 loaded, so it never outlives the run that follows the clean close it was written at.
 
 Check-and-append is atomic per partition (a lock per partition), so appends may run on any
-thread.
+thread. Known limit: the aborted-transaction list of a partition is pruned only when the
+state is (re)loaded, by the partition's log start offset.
 """
 
 from __future__ import annotations
@@ -120,6 +121,13 @@ class PartitionProducerState:
     def check(self, header: BatchHeader, log_start_offset: int) -> AppendResult | None:
         """Raise if ``header`` may not be appended; the original result if it is a retry."""
         entry = self.producers.get(header.producer_id)
+        if header.is_control:  # a transaction marker: no sequence, only the epoch matters
+            if entry is not None and header.producer_epoch < entry.epoch:
+                raise InvalidProducerEpochError(
+                    f"marker for producer {header.producer_id} epoch {header.producer_epoch} "
+                    f"is older than {entry.epoch}"
+                )
+            return None
         if entry is None:
             if header.base_sequence != 0:
                 raise UnknownProducerIdError(
@@ -278,6 +286,11 @@ class ProducerStates:
     def state(self, partition: Partition) -> PartitionProducerState:
         """The partition's state, loading it first if needed (callers hold ``lock``)."""
         return self._state(partition)
+
+    def load(self, partition: Partition) -> None:
+        """Load the partition's state now (it may scan the partition: call off the event loop)."""
+        with self.lock(partition.tp):
+            self._state(partition)
 
     def peek(self, tp: TopicPartition) -> PartitionProducerState | None:
         """The state if it is loaded; None means no idempotent batch was seen this run."""

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "broker"))
-from broker_helpers import BrokerProcess  # noqa: E402
+from broker_helpers import BrokerProcess
 
 _names = itertools.count()
 

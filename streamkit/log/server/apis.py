@@ -8,7 +8,8 @@ librdkafka under Debian's kcat. Two deliberate differences between advertised an
   unless Produce v0 is listed (KAFKA-18659); v0-2 carry old message formats, so a request
   at those versions closes the connection;
 * transactions (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit) are listed
-  only when the transaction coordinator is enabled.
+  only when the transaction coordinator is enabled (``BrokerConfig.transactions``, on by
+  default).
 
 kafka-python infers the broker version (2, 4) from this table.
 """

@@ -24,6 +24,7 @@ from types import TracebackType
 from typing import Self
 
 from streamkit.log.config import TopicConfig
+from streamkit.log.errors import LogError
 from streamkit.log.groups.coordinator import GroupCoordinator
 from streamkit.log.groups.messages import GroupConfig
 from streamkit.log.manager import LogManager
@@ -34,8 +35,11 @@ from streamkit.log.server.connection import serve_connection
 from streamkit.log.server.dispatch import Dispatcher
 from streamkit.log.server.notifier import AppendNotifier
 from streamkit.log.server.state import BrokerState, load_cluster_id
+from streamkit.log.server.transactions import TransactionCoordinator
 
 logger = logging.getLogger(__name__)
+
+TXN_EXPIRY_INTERVAL_S = 1.0
 
 
 class Broker:
@@ -65,6 +69,9 @@ class Broker:
         self._state: BrokerState | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._stack = contextlib.AsyncExitStack()
+        self._tasks: asyncio.TaskGroup | None = None
+        self._background: list[asyncio.Task[None]] = []
         self._closed = False
 
     @property
@@ -106,7 +113,6 @@ class Broker:
         notifier = AppendNotifier(loop)
         log.add_append_listener(notifier.on_append)
         coordinator = GroupCoordinator(log.offsets, config=self._group_config)
-        await coordinator.start()
         state = BrokerState(
             config=self.config,
             log=log,
@@ -115,11 +121,18 @@ class Broker:
             notifier=notifier,
             coordinator=coordinator,
             cluster_id=load_cluster_id(self.data_dir),
-            api_table=apis.advertised(transactions=False),
+            api_table=apis.advertised(transactions=self.config.transactions),
         )
-        self._state = state
+        if self.config.transactions:
+            state.transactions = TransactionCoordinator(
+                log, producers, state.producer_ids, state.run_blocking
+            )
         dispatcher = Dispatcher(state)
         try:
+            await coordinator.start()
+            if state.transactions is not None:
+                await state.transactions.recover()
+            self._tasks = await self._stack.enter_async_context(asyncio.TaskGroup())
             self._server = await asyncio.start_server(
                 lambda r, w: self._accept(r, w, dispatcher),
                 self.config.host,
@@ -127,19 +140,37 @@ class Broker:
                 reuse_address=True,
             )
         except BaseException:
+            await self._stack.aclose()  # no task was started yet
             await coordinator.aclose()
+            await state.drain_blocking()
             raise
         state.port = self._server.sockets[0].getsockname()[1]
+        self._state = state
+        if state.transactions is not None:
+            self._background.append(self._tasks.create_task(self._expire_transactions(state.transactions)))
 
-    async def _accept(
+    async def _expire_transactions(self, coordinator: TransactionCoordinator) -> None:
+        while True:
+            await asyncio.sleep(TXN_EXPIRY_INTERVAL_S)
+            try:
+                await coordinator.expire()
+            except (LogError, OSError):
+                logger.exception("could not expire transactions")
+
+    def _accept(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dispatcher: Dispatcher
     ) -> None:
-        if self._closed or len(self._connections) >= self.config.max_connections:
+        if self._tasks is None or self._closed or len(self._connections) >= self.config.max_connections:
             writer.close()
             return
-        task = asyncio.current_task()
-        assert task is not None
+        # Our own task in our TaskGroup (not the stream's), so shutdown can cancel it cleanly.
+        task = self._tasks.create_task(self._serve(reader, writer, dispatcher))
         self._connections.add(task)
+        task.add_done_callback(self._connections.discard)
+
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dispatcher: Dispatcher
+    ) -> None:
         try:
             await serve_connection(
                 reader,
@@ -148,8 +179,12 @@ class Broker:
                 max_frame_bytes=self.config.max_frame_bytes,
                 max_in_flight=self.config.max_in_flight,
             )
-        finally:
-            self._connections.discard(task)
+        except Exception:
+            # One connection's failure must never reach the TaskGroup and cancel the others.
+            logger.exception("connection failed")
+
+    def _tasks_to_cancel(self) -> list[asyncio.Task[None]]:
+        return [*self._connections, *self._background]
 
     async def aclose(self) -> None:
         if self._closed:
@@ -157,10 +192,9 @@ class Broker:
         self._closed = True
         if self._server is not None:
             self._server.close()
-        for task in list(self._connections):
+        for task in list(self._tasks_to_cancel()):
             task.cancel()
-        if self._connections:
-            await asyncio.gather(*self._connections, return_exceptions=True)
+        await self._stack.aclose()  # waits for the connection tasks
         state = self._state
         if state is not None:
             await state.coordinator.aclose()

@@ -27,6 +27,9 @@ from streamkit.log.server.messages import (
 )
 from streamkit.log.server.state import BrokerState
 
+GROUP_KEY = 0
+TRANSACTION_KEY = 1
+
 
 async def api_versions(
     state: BrokerState, header: RequestHeader, request: ApiVersionsRequest
@@ -103,7 +106,7 @@ async def _topic_metadata(state: BrokerState, name: str, allow_create: bool) -> 
 async def find_coordinator(
     state: BrokerState, header: RequestHeader, request: FindCoordinatorRequest
 ) -> FindCoordinatorResponse:
-    if request.key_type == 1 and state.transactions is None:
+    if request.key_type == TRANSACTION_KEY and state.transactions is None:
         return FindCoordinatorResponse(
             error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
             error_message="transactions are not enabled on this broker",
@@ -111,7 +114,7 @@ async def find_coordinator(
             host="",
             port=-1,
         )
-    if request.key_type not in (0, 1):
+    if request.key_type not in (GROUP_KEY, TRANSACTION_KEY):
         return FindCoordinatorResponse(
             error_code=ErrorCode.INVALID_REQUEST,
             error_message=f"unknown coordinator key type {request.key_type}",

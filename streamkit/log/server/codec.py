@@ -20,7 +20,8 @@ Rules kept here:
   ``UNSUPPORTED_VERSION`` and our version table, without reading its body (clients decode
   an error reply as v0 and retry with a version we listed);
 * every failure to read untrusted bytes surfaces as ``MalformedRequestError``, never as a
-  kio exception.
+  kio exception, including a null where the schema forbids one (kio reads a -1 array
+  length as None even for non-nullable arrays; we refuse it here).
 """
 
 from __future__ import annotations
@@ -65,15 +66,20 @@ class RequestHeader:
     api_version: int
     correlation_id: int
     client_id: str | None
-    client_host: str = ""  # the peer's address, filled in by the connection
+    client_host: str = ""  # the peer's address
+    size_v1: int = 0  # bytes of the header read as v1 (v2 adds tagged fields after them)
 
 
-def peek_header(frame: bytes) -> RequestHeader:
+_read_header_v1 = entity_reader(_KioHeaderV1)
+_read_header_v2 = entity_reader(_KioHeaderV2)
+
+
+def peek_header(frame: bytes, client_host: str = "") -> RequestHeader:
     """Read the header of a request of any API and version (header v1 is a prefix of v2)."""
     if len(frame) < _KEY_VERSION.size:
         raise MalformedRequestError(f"request of {len(frame)} bytes is shorter than a header")
     try:
-        kio_header, _ = entity_reader(_KioHeaderV1)(frame, 0)
+        kio_header, size = _read_header_v1(frame, 0)
     except Exception as exc:  # untrusted bytes: any decoding failure is the client's fault
         raise MalformedRequestError(f"unreadable request header: {exc}") from exc
     return RequestHeader(
@@ -81,6 +87,8 @@ def peek_header(frame: bytes) -> RequestHeader:
         kio_header.request_api_version,
         kio_header.correlation_id,
         kio_header.client_id,
+        client_host,
+        size,
     )
 
 
@@ -91,28 +99,50 @@ def is_implemented(api_key: int, api_version: int) -> bool:
 
 def decode_request(frame: bytes, header: RequestHeader) -> Any:
     """Decode the body of an implemented request into its ``messages`` dataclass."""
-    kio_cls = load_request_schema(header.api_key, header.api_version)
-    header_cls = _KioHeaderV2 if kio_cls.__flexible__ else _KioHeaderV1
+    key = (header.api_key, header.api_version)
+    plan = _request_plans.get(key)
+    if plan is None:
+        kio_cls = load_request_schema(*key)
+        plan = _request_plans[key] = (
+            kio_cls.__flexible__,
+            entity_reader(kio_cls),
+            _decoder(kio_cls, MESSAGES[header.api_key][0]),
+        )
+    flexible, read_body, convert = plan
     try:
-        _, header_size = entity_reader(header_cls)(frame, 0)
-        kio_body, _ = entity_reader(kio_cls)(frame, header_size)
+        header_size = _read_header_v2(frame, 0)[1] if flexible else header.size_v1
+        kio_body, _ = read_body(frame, header_size)
     except Exception as exc:  # untrusted bytes: any decoding failure is the client's fault
         raise MalformedRequestError(
             f"unreadable request body (api key {header.api_key} v{header.api_version}): {exc}"
         ) from exc
-    return _decoder(kio_cls, MESSAGES[header.api_key][0])(kio_body)
+    return convert(kio_body)
+
+
+# (api key, version) -> (flexible, kio body reader, kio entity -> messages dataclass)
+_request_plans: dict[tuple[int, int], tuple[bool, Callable[..., Any], Callable[[Any], Any]]] = {}
+# (api key, version, messages class) -> (flexible header, messages dataclass -> kio entity, writer)
+_response_plans: dict[tuple[int, int, type], tuple[bool, Callable[[Any], Any], Callable[..., None]]] = {}
 
 
 def encode_response(header: RequestHeader, message: object) -> bytes:
     """The whole response frame (size, header, body) for ``message``."""
-    kio_cls = load_response_schema(header.api_key, header.api_version)
-    entity = _encoder(type(message), kio_cls)(message)
+    key = (header.api_key, header.api_version, type(message))
+    plan = _response_plans.get(key)
+    if plan is None:
+        kio_cls = load_response_schema(header.api_key, header.api_version)
+        plan = _response_plans[key] = (
+            kio_cls.__flexible__ and header.api_key != API_VERSIONS_KEY,
+            _encoder(type(message), kio_cls),
+            entity_writer(kio_cls),
+        )
+    tagged_header, convert, write = plan
     buf = io.BytesIO()
     buf.write(b"\x00\x00\x00\x00")
     buf.write(_SIZE.pack(header.correlation_id))
-    if kio_cls.__flexible__ and header.api_key != API_VERSIONS_KEY:
+    if tagged_header:
         buf.write(b"\x00")  # response header v1: no tagged fields
-    entity_writer(kio_cls)(buf, entity)
+    write(buf, convert(message))
     data = buf.getbuffer()
     _SIZE.pack_into(data, 0, len(data) - 4)
     del data
@@ -176,11 +206,11 @@ def _decoder(kio_cls: type, ours: type) -> Convert:
         kind = classify_field(field)
         conv: Convert
         if isinstance(kind, EntityTupleField):
-            conv = _list_of(_decoder(kind.type_, _nested_type(ours, name)))
+            conv = _list_of(_decoder(kind.type_, _nested_type(ours, name)), nullable=is_optional(field))
         elif isinstance(kind, EntityField):
             conv = _optional(_decoder(kind.type_, _nested_type(ours, name)))
         elif isinstance(kind, PrimitiveTupleField):
-            conv = _list_of(_identity)
+            conv = _list_of(_identity, nullable=is_optional(field))
         else:
             kafka_type = get_schema_field_type(field)
             if kafka_type in ("timedelta_i32", "timedelta_i64"):
@@ -200,9 +230,14 @@ def _decoder(kio_cls: type, ours: type) -> Convert:
     return decode
 
 
-def _list_of(conv: Convert) -> Convert:
+def _list_of(conv: Convert, *, nullable: bool) -> Convert:
     def convert(values: Any) -> Any:
-        return None if values is None else [conv(v) for v in values]
+        if values is None:
+            if nullable:
+                return None
+            # kio reads a -1 length as None even where the schema forbids null.
+            raise MalformedRequestError("a non-nullable array is null")
+        return [conv(v) for v in values]
 
     return convert
 

@@ -23,6 +23,7 @@ class BrokerConfig:
     advertised_host: str | None = None
     node_id: int = 0
     auto_create_topics: bool = True
+    transactions: bool = True  # serve the transaction APIs (and advertise them)
     default_partitions: int = 1
     max_frame_bytes: int = 100 * MIB  # a larger frame closes its connection
     max_in_flight: int = 16  # requests read ahead of their responses, per connection

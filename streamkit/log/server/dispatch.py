@@ -9,10 +9,9 @@ v0 with UNSUPPORTED_VERSION so the client can retry with a version we listed.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
 from typing import Any
 
-from streamkit.log.server import admin, apis, cluster, fetch, group_apis, produce
+from streamkit.log.server import admin, apis, cluster, fetch, group_apis, produce, txn_apis
 from streamkit.log.server.codec import (
     RequestHeader,
     decode_request,
@@ -45,6 +44,10 @@ HANDLERS: dict[int, Handler] = {
     apis.DELETE_TOPICS: admin.delete_topics,
     apis.INIT_PRODUCER_ID: produce.init_producer_id,
     apis.DESCRIBE_CONFIGS: admin.describe_configs,
+    apis.ADD_PARTITIONS_TO_TXN: txn_apis.add_partitions_to_txn,
+    apis.ADD_OFFSETS_TO_TXN: txn_apis.add_offsets_to_txn,
+    apis.END_TXN: txn_apis.end_txn,
+    apis.TXN_OFFSET_COMMIT: txn_apis.txn_offset_commit,
 }
 
 
@@ -55,7 +58,7 @@ class Dispatcher:
 
     async def handle(self, frame: bytes, client_host: str = "") -> bytes | None:
         """The response frame for one request frame, or None when none is due."""
-        header = replace(peek_header(frame), client_host=client_host)
+        header = peek_header(frame, client_host)
         table = self.state.api_table
         if header.api_key == apis.API_VERSIONS and not (
             table[apis.API_VERSIONS][0] <= header.api_version <= table[apis.API_VERSIONS][1]

@@ -12,7 +12,9 @@ before re-reading, so no append is missed. Errors answer at once.
 
 read_committed (``isolation_level=1``) reads only below the last stable offset and lists
 the aborted transactions overlapping the data returned; with no transactions open the LSO
-is the high watermark and the list is empty. Sessions (KIP-227) are not kept: every answer
+is the high watermark and the list is empty. Producer state is loaded lazily; once any
+transactional id exists, a read_committed fetch loads it (off the loop) for its partitions
+first, so markers written before a restart are seen. Sessions (KIP-227) are not kept: every answer
 has session id 0, which makes clients send full fetches.
 """
 
@@ -50,6 +52,8 @@ async def fetch(state: BrokerState, header: RequestHeader, request: FetchRequest
     loop = asyncio.get_running_loop()
     deadline = loop.time() + min(max(request.max_wait_ms, 0), _MAX_WAIT_MS) / 1000
     tps = [TopicPartition(t.topic, p.partition) for t in request.topics for p in t.partitions]
+    if request.isolation_level == READ_COMMITTED:
+        await _load_transaction_state(state, tps)
     response, ready, failed = _collect(state, request)
     while ready < request.min_bytes and not failed:
         remaining = deadline - loop.time()
@@ -65,6 +69,19 @@ async def fetch(state: BrokerState, header: RequestHeader, request: FetchRequest
             state.notifier.discard(waiter, tps)
         response, ready, failed = _collect(state, request)
     return response
+
+
+async def _load_transaction_state(state: BrokerState, tps: list[TopicPartition]) -> None:
+    """Make sure read_committed sees markers written before this run (lazily loaded state)."""
+    if state.transactions is None or not state.transactions.ever_used:
+        return
+    for tp in tps:
+        if state.producers.peek(tp) is None:
+            try:
+                partition = state.log.partition(tp.topic, tp.partition)
+            except UnknownTopicError:
+                continue
+            await state.run_blocking(state.producers.load, partition)
 
 
 def _collect(state: BrokerState, request: FetchRequest) -> tuple[FetchResponse, int, bool]:

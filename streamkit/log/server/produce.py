@@ -106,9 +106,9 @@ async def _produce_partition(
         txn = state.transactions
         if txn is None or request.transactional_id is None:
             return _error(index, ErrorCode.INVALID_TXN_STATE, "transactions are not enabled")
-        refusal = txn.check_produce(request.transactional_id, batch, partition.tp)  # type: ignore[attr-defined]
+        refusal = txn.check_produce(request.transactional_id, batch, partition.tp)
         if refusal is not None:
-            return _error(index, refusal)
+            return _error(index, refusal, f"transactional batch refused for {request.transactional_id!r}")
     try:
         if partition.config.flush_messages:
             result: AppendResult = await state.run_blocking(
@@ -147,6 +147,9 @@ async def init_producer_id(
                 producer_id=-1,
                 producer_epoch=-1,
             )
-        return await txn.init_producer_id(request)  # type: ignore[attr-defined,no-any-return]
+        error, producer_id, epoch = await txn.init_producer_id(
+            request.transactional_id, request.transaction_timeout_ms
+        )
+        return InitProducerIdResponse(error_code=error, producer_id=producer_id, producer_epoch=epoch)
     producer_id = await state.run_blocking(state.producer_ids.allocate)
     return InitProducerIdResponse(producer_id=producer_id, producer_epoch=0)

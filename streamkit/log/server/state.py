@@ -18,6 +18,7 @@ from streamkit.log.manager import LogManager
 from streamkit.log.producers import ProducerIdAllocator, ProducerStates
 from streamkit.log.server.config import BrokerConfig
 from streamkit.log.server.notifier import AppendNotifier
+from streamkit.log.server.transactions import TransactionCoordinator
 
 T = TypeVar("T")
 
@@ -33,7 +34,7 @@ class BrokerState:
     cluster_id: str
     api_table: dict[int, tuple[int, int]]
     port: int = 0  # the port actually bound (``config.port`` may be 0)
-    transactions: object | None = None
+    transactions: TransactionCoordinator | None = None
     _pending: set[asyncio.Future[Any]] = field(default_factory=set)
 
     async def run_blocking(self, fn: Callable[..., T], *args: object) -> T:

@@ -1,0 +1,277 @@
+"""A minimal transaction coordinator (KIP-98) for one node.
+
+It keeps, per transactional id, the producer id and epoch and the current transaction's
+partitions and groups (``txn_log.TxnEntry``), and ends transactions by writing COMMIT or
+ABORT control batches (``records.control_batch``) to every partition in them, through
+``ProducerStates`` so the partitions' last stable offsets and aborted-transaction lists
+follow. Offsets sent with TxnOffsetCommit wait here and reach the group offset store only
+when their transaction commits.
+
+Invariants:
+
+* requests for one transactional id run one at a time (a lock per id), and each state
+  change is in the transaction log file before it is acted on;
+* InitProducerId fences: it aborts an open transaction and bumps the epoch, so the old
+  producer instance's requests fail with INVALID_PRODUCER_EPOCH;
+* a transaction open longer than its timeout is aborted (and its producer fenced) by
+  ``expire``, which the broker calls periodically;
+* ``recover`` (at start) finishes what a crash interrupted: Ongoing transactions abort,
+  PrepareCommit/PrepareAbort ones complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from streamkit._core.clock import SYSTEM_CLOCK, Clock
+from streamkit._core.types import TopicPartition
+from streamkit.log.errors import LogError, UnknownTopicError
+from streamkit.log.manager import INTERNAL_TOPICS, LogManager
+from streamkit.log.producers import ProducerIdAllocator, ProducerStates
+from streamkit.log.records import BatchHeader, check_batch, control_batch
+from streamkit.log.server.error_codes import ErrorCode
+from streamkit.log.server.txn_log import TxnEntry, TxnLog, TxnState
+
+logger = logging.getLogger(__name__)
+
+RunBlocking = Callable[..., Awaitable[Any]]
+
+MAX_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms
+_MAX_EPOCH = 32_767
+
+
+class TransactionCoordinator:
+    def __init__(
+        self,
+        log: LogManager,
+        producers: ProducerStates,
+        producer_ids: ProducerIdAllocator,
+        run_blocking: RunBlocking,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self._log = log
+        self._producers = producers
+        self._producer_ids = producer_ids
+        self._run_blocking = run_blocking
+        self._clock = clock
+        self._file = TxnLog(log.data_dir)
+        self._entries: dict[str, TxnEntry] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._save_lock = asyncio.Lock()
+        # transactional id -> group -> partition -> (offset, metadata), not yet committed
+        self._pending: dict[str, dict[str, dict[TopicPartition, tuple[int, str]]]] = {}
+
+    @property
+    def ever_used(self) -> bool:
+        """True once any transactional id exists: read_committed must then look at markers."""
+        return bool(self._entries)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def recover(self) -> None:
+        self._entries = await self._run_blocking(self._file.load)
+        for entry in list(self._entries.values()):
+            if entry.state is TxnState.ONGOING:
+                logger.info("aborting transaction of %r left open", entry.transactional_id)
+                await self._complete(entry, commit=False, fence=True)
+            elif entry.state is TxnState.PREPARE_COMMIT:
+                await self._complete(entry, commit=True)
+            elif entry.state is TxnState.PREPARE_ABORT:
+                await self._complete(entry, commit=False)
+
+    async def expire(self) -> None:
+        """Abort (and fence) every transaction open longer than its timeout."""
+        now = self._clock.now_ms()
+        for entry in list(self._entries.values()):
+            if entry.state is TxnState.ONGOING and now - entry.started_ms > entry.timeout_ms:
+                async with self._lock(entry.transactional_id):
+                    if entry.state is TxnState.ONGOING:
+                        logger.info("transaction of %r timed out", entry.transactional_id)
+                        await self._complete(entry, commit=False, fence=True)
+
+    def _lock(self, transactional_id: str) -> asyncio.Lock:
+        lock = self._locks.get(transactional_id)
+        if lock is None:
+            lock = self._locks[transactional_id] = asyncio.Lock()
+        return lock
+
+    async def _save(self) -> None:
+        # One write at a time, each of the state as it is when its turn comes: the file
+        # never goes back to an older state.
+        async with self._save_lock:
+            await self._run_blocking(self._file.write, TxnLog.encode(self._entries))
+
+    # -- requests --------------------------------------------------------------------------
+
+    async def init_producer_id(self, transactional_id: str, timeout_ms: int) -> tuple[ErrorCode, int, int]:
+        """(error, producer id, epoch) for a transactional producer starting up."""
+        if not 0 < timeout_ms <= MAX_TIMEOUT_MS:
+            return ErrorCode.INVALID_TRANSACTION_TIMEOUT, -1, -1
+        async with self._lock(transactional_id):
+            entry = self._entries.get(transactional_id)
+            if entry is None:
+                pid = await self._run_blocking(self._producer_ids.allocate)
+                entry = TxnEntry(transactional_id, pid, 0, timeout_ms)
+            else:
+                if entry.open:
+                    await self._complete(entry, commit=entry.state is TxnState.PREPARE_COMMIT)
+                if entry.epoch >= _MAX_EPOCH - 1:
+                    entry.producer_id = await self._run_blocking(self._producer_ids.allocate)
+                    entry.epoch = 0
+                else:
+                    entry.epoch += 1
+                entry.timeout_ms = timeout_ms
+                entry.state = TxnState.EMPTY
+            self._entries[transactional_id] = entry
+            self._pending.pop(transactional_id, None)
+            await self._save()
+            return ErrorCode.NONE, entry.producer_id, entry.epoch
+
+    def _check(self, transactional_id: str, producer_id: int, epoch: int) -> tuple[ErrorCode, TxnEntry | None]:
+        entry = self._entries.get(transactional_id)
+        if entry is None or entry.producer_id != producer_id:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING, None
+        if epoch != entry.epoch:
+            return ErrorCode.INVALID_PRODUCER_EPOCH, None
+        if entry.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            return ErrorCode.CONCURRENT_TRANSACTIONS, None
+        return ErrorCode.NONE, entry
+
+    def _begin(self, entry: TxnEntry) -> None:
+        if entry.state is not TxnState.ONGOING:
+            entry.state = TxnState.ONGOING
+            entry.started_ms = self._clock.now_ms()
+            entry.partitions = []
+            entry.groups = []
+            entry.commit_offsets = {}
+
+    async def add_partitions(
+        self, transactional_id: str, producer_id: int, epoch: int, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, ErrorCode]:
+        wanted = list(dict.fromkeys(partitions))
+        async with self._lock(transactional_id):
+            error, entry = self._check(transactional_id, producer_id, epoch)
+            if entry is None:
+                return {tp: error for tp in wanted}
+            unknown = {tp for tp in wanted if not self._exists(tp)}
+            if unknown:
+                # Like Kafka: nothing is added when any partition is bad.
+                return {
+                    tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else ErrorCode.OPERATION_NOT_ATTEMPTED
+                    for tp in wanted
+                }
+            self._begin(entry)
+            known = set(entry.partitions)
+            added = [(tp.topic, tp.partition) for tp in wanted if (tp.topic, tp.partition) not in known]
+            if added:
+                entry.partitions.extend(added)
+                await self._save()
+            return {tp: ErrorCode.NONE for tp in wanted}
+
+    def _exists(self, tp: TopicPartition) -> bool:
+        if tp.topic in INTERNAL_TOPICS:
+            return False
+        try:
+            self._log.partition(tp.topic, tp.partition)
+        except UnknownTopicError:
+            return False
+        return True
+
+    async def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str) -> ErrorCode:
+        async with self._lock(transactional_id):
+            error, entry = self._check(transactional_id, producer_id, epoch)
+            if entry is None:
+                return error
+            self._begin(entry)
+            if group_id not in entry.groups:
+                entry.groups.append(group_id)
+                await self._save()
+            return ErrorCode.NONE
+
+    def txn_offset_commit(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        group_id: str,
+        offsets: dict[TopicPartition, tuple[int, str]],
+    ) -> ErrorCode:
+        """Hold ``offsets`` until the transaction ends (no await: atomic on the loop)."""
+        error, entry = self._check(transactional_id, producer_id, epoch)
+        if entry is None:
+            return error
+        if entry.state is not TxnState.ONGOING or group_id not in entry.groups:
+            return ErrorCode.INVALID_TXN_STATE
+        self._pending.setdefault(transactional_id, {}).setdefault(group_id, {}).update(offsets)
+        return ErrorCode.NONE
+
+    async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> ErrorCode:
+        async with self._lock(transactional_id):
+            entry = self._entries.get(transactional_id)
+            if entry is not None and entry.producer_id == producer_id and entry.epoch == epoch:
+                done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+                if entry.state is done or entry.state is TxnState.EMPTY:
+                    return ErrorCode.NONE  # a retry, or a transaction with nothing in it
+                if entry.state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+                    return ErrorCode.INVALID_TXN_STATE
+            error, entry = self._check(transactional_id, producer_id, epoch)
+            if entry is None:
+                return error
+            await self._complete(entry, commit=commit)
+            return ErrorCode.NONE
+
+    def check_produce(self, transactional_id: str, batch: BatchHeader, tp: TopicPartition) -> ErrorCode | None:
+        """Why a transactional batch may not be appended, or None if it may."""
+        entry = self._entries.get(transactional_id)
+        if entry is None or entry.producer_id != batch.producer_id:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if batch.producer_epoch != entry.epoch:
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        if entry.state is not TxnState.ONGOING or (tp.topic, tp.partition) not in entry.partitions:
+            return ErrorCode.INVALID_TXN_STATE
+        return None
+
+    # -- ending a transaction --------------------------------------------------------------
+
+    async def _complete(self, entry: TxnEntry, *, commit: bool, fence: bool = False) -> None:
+        """Decide (persisted), write the markers, apply or drop the offsets, then finish."""
+        pending = self._pending.pop(entry.transactional_id, {})
+        if entry.state is TxnState.ONGOING:
+            entry.state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+            if commit:
+                entry.commit_offsets = {
+                    group: [(tp.topic, tp.partition, off, meta) for tp, (off, meta) in offsets.items()]
+                    for group, offsets in pending.items()
+                }
+            await self._save()
+        commit = entry.state is TxnState.PREPARE_COMMIT
+        for tp in entry.topic_partitions():
+            await self._run_blocking(self._write_marker, tp, entry.producer_id, entry.epoch, commit)
+        if commit:
+            for group, offsets in entry.offsets_by_group().items():
+                if offsets:
+                    await self._run_blocking(self._log.offsets.commit, group, offsets)
+        entry.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        entry.partitions = []
+        entry.groups = []
+        entry.commit_offsets = {}
+        if fence:
+            entry.epoch += 1
+        await self._save()
+
+    def _write_marker(self, tp: TopicPartition, producer_id: int, epoch: int, commit: bool) -> None:
+        try:
+            partition = self._log.partition(tp.topic, tp.partition)
+        except UnknownTopicError:
+            return  # deleted since it joined the transaction
+        marker = control_batch(
+            commit=commit, producer_id=producer_id, producer_epoch=epoch, timestamp=self._clock.now_ms()
+        )
+        try:
+            self._producers.append(partition, check_batch(marker), marker)
+        except LogError:
+            logger.exception("could not write a transaction marker to %s", tp)

@@ -1,0 +1,144 @@
+"""kafka-python 3 against a real broker, and committed offsets shared between client libraries."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+from aiokafka import TopicPartition as AioTopicPartition
+from aiokafka.structs import OffsetAndMetadata as AioOffsetAndMetadata
+from broker_helpers import BrokerProcess
+from confluent_kafka import Consumer as ConfluentConsumer
+from confluent_kafka import TopicPartition as ConfluentTopicPartition
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KpTopicPartition
+from kafka.structs import OffsetAndMetadata as KpOffsetAndMetadata
+
+pytestmark = pytest.mark.timeout(120)
+
+WAIT_S = 30
+
+
+def kp_produce(broker: BrokerProcess, topic: str, values: list[bytes]) -> None:
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
+    try:
+        # kafka-python 3 turns idempotence (and acks=all) on by default.
+        assert producer.config["enable_idempotence"] is True
+        futures = [producer.send(topic, value=v, key=v[:2]) for v in values]
+        producer.flush(WAIT_S)
+        for future in futures:
+            future.get(WAIT_S)
+    finally:
+        producer.close(WAIT_S)
+
+
+def test_kafka_python_idempotent_producer_and_group(broker: BrokerProcess, unique: str) -> None:
+    values = [f"kp-{i}".encode() for i in range(1000)]
+    kp_produce(broker, unique, values)
+    consumers = [
+        KafkaConsumer(
+            unique, bootstrap_servers=broker.bootstrap, group_id=unique, auto_offset_reset="earliest",
+            enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=500,
+        )
+        for _ in range(2)
+    ]
+    seen: list[bytes] = []
+    deadline = time.monotonic() + WAIT_S
+    try:
+        while len(seen) < len(values):
+            assert time.monotonic() < deadline, f"only {len(seen)} of {len(values)}"
+            for consumer in consumers:
+                for messages in consumer.poll(timeout_ms=100).values():
+                    seen.extend(m.value for m in messages)
+                    consumer.commit()
+    finally:
+        for consumer in consumers:
+            consumer.close()
+    assert sorted(seen) == sorted(values)
+
+
+def test_kafka_python_seek_and_end_offsets(broker: BrokerProcess, unique: str) -> None:
+    kp_produce(broker, unique, [b"a", b"b", b"c", b"d"])
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, consumer_timeout_ms=5000)
+    try:
+        tp = KpTopicPartition(unique, 0)
+        consumer.assign([tp])
+        assert consumer.end_offsets([tp])[tp] == 4
+        consumer.seek(tp, 2)
+        assert [m.value for m in consumer] == [b"c", b"d"]
+    finally:
+        consumer.close()
+
+
+def test_offsets_committed_by_one_client_are_read_by_the_others(broker: BrokerProcess, unique: str) -> None:
+    kp_produce(broker, unique, [b"%d" % i for i in range(30)])
+    group = unique
+
+    # aiokafka commits offset 11 with metadata ...
+    async def aiokafka_commit() -> None:
+        consumer = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=group, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            tp = AioTopicPartition(unique, 0)
+            consumer.assign([tp])
+            await consumer.commit({tp: AioOffsetAndMetadata(11, "from-aiokafka")})
+        finally:
+            await consumer.stop()
+
+    asyncio.run(asyncio.wait_for(aiokafka_commit(), WAIT_S))
+
+    # ... kafka-python reads it back, then commits 17 ...
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        tp = KpTopicPartition(unique, 0)
+        assert consumer.committed(tp) == 11
+        consumer.assign([tp])
+        consumer.commit({tp: KpOffsetAndMetadata(17, "from-kafka-python", -1)})
+    finally:
+        consumer.close()
+
+    # ... and confluent-kafka (librdkafka) sees 17 with its metadata, and starts there.
+    confluent = ConfluentConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                                   "enable.auto.commit": False})
+    try:
+        committed = confluent.committed([ConfluentTopicPartition(unique, 0)], timeout=WAIT_S)[0]
+        assert (committed.offset, committed.metadata) == (17, "from-kafka-python")
+        confluent.subscribe([unique])
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            assert time.monotonic() < deadline
+            msg = confluent.poll(0.5)
+            if msg is not None and msg.error() is None:
+                break
+        assert msg.value() == b"17"
+    finally:
+        confluent.close()
+
+
+def test_kafka_python_admin_and_inferred_broker_version(broker: BrokerProcess, unique: str) -> None:
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        # The advertised table makes kafka-python infer Kafka 2.4: record format v2,
+        # idempotence, and fetch sessions it then keeps full (we answer session id 0).
+        assert admin._client.check_version() == (2, 4)
+        admin.create_topics([NewTopic(unique, num_partitions=2, replication_factor=1,
+                                      topic_configs={"retention.ms": "60000"})])
+        assert unique in admin.list_topics()
+        assert admin.describe_cluster()["controller_id"] == 0
+        kp_produce(broker, unique, [b"x"])
+        consumer = KafkaConsumer(unique, bootstrap_servers=broker.bootstrap, group_id=unique,
+                                 auto_offset_reset="earliest", consumer_timeout_ms=2000)
+        assert [m.value for m in consumer] == [b"x"]
+        consumer.commit()
+        consumer.close()
+        groups = {g["group_id"] for g in admin.list_groups()}
+        assert unique in groups
+        admin.delete_topics([unique])
+        assert unique not in admin.list_topics()
+    finally:
+        admin.close()

@@ -1,0 +1,174 @@
+"""librdkafka against a real broker: confluent-kafka (2.x) and kcat (Debian's, on an older
+librdkafka), including compression, idempotence and consumer groups."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+
+import pytest
+from broker_helpers import BrokerProcess
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from streamkit.log.manager import LogManager
+from streamkit.log.records import iter_batches
+
+pytestmark = pytest.mark.timeout(120)
+
+WAIT_S = 30
+KCAT = shutil.which("kcat")
+needs_kcat = pytest.mark.skipif(KCAT is None, reason="kcat not installed (scripts/install-system-deps.sh)")
+
+
+def produce_all(bootstrap: str, topic: str, values: list[bytes], **config: object) -> None:
+    errors: list[KafkaError] = []
+    producer = Producer({"bootstrap.servers": bootstrap, **config})
+
+    def on_delivery(err: KafkaError | None, _msg: object) -> None:
+        if err is not None:
+            errors.append(err)
+
+    for value in values:
+        producer.produce(topic, value=value, key=value[-1:], on_delivery=on_delivery)
+        producer.poll(0)
+    assert producer.flush(WAIT_S) == 0, "messages left unacknowledged"
+    assert errors == []
+
+
+def consume_all(bootstrap: str, topic: str, count: int, group: str, **config: object) -> list[bytes]:
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+        "enable.auto.commit": False, **config,
+    })
+    consumer.subscribe([topic])
+    values: list[bytes] = []
+    deadline = time.monotonic() + WAIT_S
+    try:
+        while len(values) < count:
+            assert time.monotonic() < deadline, f"only {len(values)} of {count} arrived"
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            values.append(msg.value())
+            if len(values) == count:
+                consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+    return values
+
+
+def stored_codecs(broker: BrokerProcess, topic: str) -> set[int]:
+    """The compression codec of every batch on disk, read with the broker stopped."""
+    with LogManager(broker.data_dir, background=False) as log:
+        codecs = set()
+        for partition in log.partitions(topic):
+            data = partition.read(partition.log_start_offset, 64 * 1024 * 1024)
+            codecs |= {header.compression for _pos, header in iter_batches(data)}
+        return codecs
+
+
+@pytest.mark.parametrize("codec,number", [("gzip", 1), ("lz4", 3), ("zstd", 4)])
+def test_confluent_idempotent_compressed_producer_and_group(
+    broker_factory: type[BrokerProcess], codec: str, number: int
+) -> None:
+    broker = broker_factory().start(same_port=False)
+    values = [f"{codec}-{i:05d}-".encode() * 3 for i in range(2000)]
+    produce_all(broker.bootstrap, "compressed", values, **{
+        "acks": "all", "enable.idempotence": True, "compression.type": codec, "linger.ms": 5,
+    })
+    got = consume_all(broker.bootstrap, "compressed", len(values), "g-" + codec)
+    assert got == values
+    assert broker.stop() == 0
+    assert stored_codecs(broker, "compressed") == {number}  # stored as the producer sent it
+
+
+def test_confluent_group_of_two_shares_partitions(broker: BrokerProcess, unique: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    futures = admin.create_topics([NewTopic(unique, num_partitions=4, replication_factor=1)])
+    futures[unique].result(WAIT_S)
+    values = [f"v{i}".encode() for i in range(400)]
+    produce_all(broker.bootstrap, unique, values, **{"acks": "all", "linger.ms": 2})
+    members = [
+        Consumer({"bootstrap.servers": broker.bootstrap, "group.id": unique, "auto.offset.reset": "earliest",
+                  "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+        for _ in range(2)
+    ]
+    for member in members:
+        member.subscribe([unique])
+    seen: set[bytes] = set()
+    deadline = time.monotonic() + WAIT_S
+    try:
+        while len(seen) < len(values):
+            assert time.monotonic() < deadline, f"only {len(seen)} of {len(values)}"
+            for member in members:
+                msg = member.poll(0.1)
+                if msg is not None and msg.error() is None:
+                    seen.add(msg.value())
+        assignments = [{tp.partition for tp in m.assignment()} for m in members]
+    finally:
+        for member in members:
+            member.close()
+    assert seen == set(values)
+    assert assignments[0] | assignments[1] == {0, 1, 2, 3}
+    assert not assignments[0] & assignments[1]
+
+
+def test_confluent_commits_and_committed(broker: BrokerProcess, unique: str) -> None:
+    produce_all(broker.bootstrap, unique, [b"a", b"b", b"c"])
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": unique})
+    try:
+        tp = TopicPartition(unique, 0, 2, metadata="checkpoint-7")
+        consumer.commit(offsets=[tp], asynchronous=False)
+        committed = consumer.committed([TopicPartition(unique, 0)], timeout=WAIT_S)[0]
+        assert (committed.offset, committed.metadata) == (2, "checkpoint-7")
+    finally:
+        consumer.close()
+
+
+def kcat(broker: BrokerProcess, *args: str, stdin: bytes | None = None) -> bytes:
+    assert KCAT is not None
+    result = subprocess.run(
+        [KCAT, "-b", broker.bootstrap, *args], input=stdin, capture_output=True, timeout=WAIT_S, check=False
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    return result.stdout
+
+
+@needs_kcat
+def test_kcat_metadata(broker: BrokerProcess, unique: str) -> None:
+    produce_all(broker.bootstrap, unique, [b"x"])
+    listing = kcat(broker, "-L").decode()
+    assert f'topic "{unique}" with 1 partitions' in listing
+    assert f"broker 0 at {broker.bootstrap} (controller)" in listing
+
+
+@needs_kcat
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_kcat_produce_and_consume(broker_factory: type[BrokerProcess], compression: str) -> None:
+    broker = broker_factory().start(same_port=False)
+    lines = [f"line {i} " * 5 for i in range(300)]
+    kcat(broker, "-P", "-t", "kc", "-z", compression, stdin="\n".join(lines).encode() + b"\n")
+    out = kcat(broker, "-C", "-t", "kc", "-o", "beginning", "-e", "-q")
+    assert out.decode().splitlines() == lines
+    assert broker.stop() == 0
+    # Old librdkafka compresses only when Produce v0 is advertised (KAFKA-18659).
+    assert stored_codecs(broker, "kc") == {0 if compression == "none" else 1}
+
+
+@needs_kcat
+def test_kcat_consumer_group(broker: BrokerProcess, unique: str) -> None:
+    values = [f"g{i}".encode() for i in range(50)]
+    produce_all(broker.bootstrap, unique, values)
+    out = kcat(broker, "-G", unique, "-o", "beginning", "-e", "-q", unique)
+    assert sorted(out.split()) == sorted(values)
+    # kcat committed its position; a confluent consumer of the same group resumes after it.
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": unique})
+    try:
+        committed = consumer.committed([TopicPartition(unique, 0)], timeout=WAIT_S)[0]
+    finally:
+        consumer.close()
+    assert committed.offset == 50
