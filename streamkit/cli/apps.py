@@ -138,6 +138,9 @@ def _banner(app: App, worker: Worker) -> None:
             + (f" (concurrency {agent.concurrency})" if agent.concurrency > 1 else "")
         )
     info(f"  timers: {len(app.timers)}, tasks: {len(app.tasks)}; dead letters go to {app.dlq_topic.name}")
+    served = getattr(worker.client, "served_at", None)
+    if served:
+        info(f"  serving the embedded log at {served} (other streamkit commands on this data directory use it)")
 
 
 async def _progress(worker: Worker, interval: float) -> None:

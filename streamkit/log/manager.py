@@ -3,6 +3,8 @@
 Layout::
 
     <data>/.lock                       held (flock) by the one process that writes here
+    <data>/.owner                      {"host", "port", "pid"}: where that process serves the
+                                       log over the wire, so others use it instead of failing
     <data>/.clean_shutdown             present only while no process has the directory open
     <data>/.meta/topics/<topic>.json   partition count and config of each topic
     <data>/<topic>-<partition>/        a partition's segments (see partition.py, segment.py)
@@ -74,6 +76,52 @@ class PartitionInfo:
     high_watermark: int
     size_bytes: int
     segments: int
+
+
+OWNER_FILE = ".owner"
+
+
+class _Owner(msgspec.Struct):
+    host: str
+    port: int
+    pid: int
+
+
+def write_owner(data_dir: str | os.PathLike[str], host: str, port: int) -> None:
+    """Record where this process (the directory's owner) serves the log over the wire."""
+    path = Path(data_dir) / OWNER_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(msgspec.json.encode(_Owner(host, port, os.getpid())))
+    os.replace(tmp, path)
+
+
+def remove_owner(data_dir: str | os.PathLike[str]) -> None:
+    (Path(data_dir) / OWNER_FILE).unlink(missing_ok=True)
+
+
+def owner_address(data_dir: str | os.PathLike[str]) -> tuple[str, int] | None:
+    """(host, port) of the process serving ``data_dir``, when another process holds its lock
+    and serves it; None when the directory is free (or its owner serves nothing)."""
+    directory = Path(data_dir)
+    lock = directory / ".lock"
+    if not lock.exists():
+        return None
+    fd = os.open(lock, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass  # held: someone owns the directory
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+    finally:
+        os.close(fd)
+    try:
+        owner = msgspec.json.decode((directory / OWNER_FILE).read_bytes(), type=_Owner)
+    except (FileNotFoundError, msgspec.DecodeError):
+        return None
+    return owner.host, owner.port
 
 
 def validate_topic_name(name: str) -> None:

@@ -63,7 +63,7 @@ class Worker:
         run_timers: bool = True,
     ) -> None:
         self.app = app
-        self.client = client or open_log_client(broker or app.broker)
+        self.client = client or open_log_client(broker or app.broker, owner=True)
         self.clock = clock
         self._run_timers = run_timers
         self.stats = WorkerStats()
@@ -299,8 +299,12 @@ class Worker:
         """Send a value an agent yielded to each of its sinks (with the current event's key)."""
         event = current_event.get()
         key = event.key if event is not None else None
+        sender = self.app.sender
         for sink in agent.sinks:
-            if isinstance(sink, (Topic, Agent)):
+            if isinstance(sink, Topic) and sender is not None:
+                # What Topic.send does, minus a coroutine per record.
+                await sender.send(sink, key=key, value=value, headers=None, timestamp_ms=None, partition=None)
+            elif isinstance(sink, (Topic, Agent)):
                 await sink.send(key=key, value=value)
             else:
                 result = sink(value)

@@ -137,14 +137,37 @@ class LogClient(Protocol):
     def consumer(self, group_id: str, *, auto_offset_reset: str = "earliest") -> Consumer: ...
 
 
-def open_log_client(url: str) -> LogClient:
-    """The driver for ``url``: ``file://DIR`` (embedded) or ``kafka://host:port[,host:port]``."""
+class DataDirOwnedError(TransportError):
+    """Another process owns the embedded log a worker wants to own."""
+
+    retriable = False
+
+
+def open_log_client(url: str, *, owner: bool = False) -> LogClient:
+    """The driver for ``url``: ``file://DIR`` (embedded) or ``kafka://host:port[,host:port]``.
+
+    For ``file://DIR`` owned by another process (a running worker or broker), tools get a
+    Kafka client to the owner's loopback port instead of failing on the directory's lock.
+    ``owner=True`` (a worker) takes the directory and serves it to others; it refuses a
+    directory another process owns: two workers cannot share one embedded log's partitions.
+    """
     parsed = urlparse(url)
     if parsed.scheme == "file":
+        from streamkit.log.manager import owner_address
         from streamkit.transport.embedded import EmbeddedLogClient
 
         path = (parsed.netloc + parsed.path) or ".streamkit"
-        embedded: LogClient = EmbeddedLogClient(path, url=url)
+        address = owner_address(path)
+        if address is not None:
+            served = f"{address[0]}:{address[1]}"
+            if owner:
+                raise DataDirOwnedError(
+                    f"the embedded log in {path} is owned by another process serving it at "
+                    f"{served}; run one worker per embedded log, or point workers at "
+                    f"'streamkit broker' with kafka://"
+                )
+            return open_log_client(f"kafka://{served}")
+        embedded: LogClient = EmbeddedLogClient(path, url=url, serve=owner)
         return embedded
     if parsed.scheme == "kafka":
         from streamkit.transport.kafka import KafkaLogClient

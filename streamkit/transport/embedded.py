@@ -44,8 +44,14 @@ class EmbeddedLogClient:
         url: str | None = None,
         clock: Clock = SYSTEM_CLOCK,
         default_partitions: int = 1,
+        serve: bool = False,
     ) -> None:
         self.data_dir = data_dir
+        # ``serve``: this process owns the directory for a while (a worker), so it also
+        # serves the log over the wire on a loopback port recorded in ``<dir>/.owner``; other
+        # processes pointed at the directory (CLI tools) then go through it.
+        self._serve = serve
+        self._broker: Any = None
         self.url = url or f"file://{data_dir}"
         self.clock = clock
         self._default_partitions = default_partitions
@@ -65,14 +71,34 @@ class EmbeddedLogClient:
             return
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
-        manager = LogManager(self.data_dir, clock=self.clock, default_partitions=self._default_partitions)
-        await asyncio.to_thread(manager.open)
+        if self._serve:
+            from streamkit.log.server.broker import Broker
+            from streamkit.log.server.config import BrokerConfig
+
+            broker = Broker(
+                self.data_dir,
+                BrokerConfig(host="127.0.0.1", port=0, default_partitions=self._default_partitions),
+            )
+            await broker.start()
+            self._broker = broker
+            manager = broker.log
+        else:
+            manager = LogManager(self.data_dir, clock=self.clock, default_partitions=self._default_partitions)
+            await asyncio.to_thread(manager.open)
         manager.add_append_listener(self._on_append)
         self._log = manager
 
+    @property
+    def served_at(self) -> str | None:
+        """host:port where this process serves the log over the wire, when it does."""
+        return None if self._broker is None else f"127.0.0.1:{self._broker.port}"
+
     async def aclose(self) -> None:
         log, self._log = self._log, None
-        if log is not None:
+        broker, self._broker = self._broker, None
+        if broker is not None:
+            await broker.aclose()  # closes the log too
+        elif log is not None:
             await asyncio.to_thread(log.close)
 
     def _on_append(self, tp: TopicPartition, high_watermark: int) -> None:
@@ -164,15 +190,17 @@ class EmbeddedProducer:
         headers: Sequence[Header] = (),
         timestamp_ms: int | None = None,
     ) -> Awaitable[RecordMetadata]:
-        tp = TopicPartition(topic, partition)
-        batch = self._buffers.get(tp)
+        # A plain tuple finds the TopicPartition key (equal and same hash) without building one.
+        batch = self._buffers.get((topic, partition))  # type: ignore[call-overload]
         if batch is None:
+            tp = TopicPartition(topic, partition)
             batch = self._buffers[tp] = _Batch(asyncio.get_running_loop().create_future())
         ts = self._client.clock.now_ms() if timestamp_ms is None else timestamp_ms
         index = len(batch.records)
         batch.records.append(NewRecord(key, value, ts, headers))
         ack = _Ack(batch.future, topic, partition, index, ts)
         if index + 1 >= MAX_BATCH_RECORDS:
+            tp = TopicPartition(topic, partition)
             await self._append(tp, self._buffers.pop(tp))
         elif not self._scheduled:
             self._scheduled = True
@@ -341,10 +369,15 @@ class EmbeddedConsumer:
                 self._positions[tp] = position
                 data = part.read(position, MAX_FETCH_BYTES) if position < part.high_watermark else b""
             records: list[Record] = []
-            for _header, batch in decode_batches(data, verify_crc=False):
-                for record in batch:
-                    if record.offset >= position:
-                        records.append(record)
+            # Batches decode lazily: stop once the budget is met (a read returns up to
+            # MAX_FETCH_BYTES, often several times the records asked for).
+            for header, batch in decode_batches(data, verify_crc=False):
+                if header.base_offset >= position:
+                    records.extend(batch)
+                else:  # the batch holding ``position``: drop the records before it
+                    records.extend(r for r in batch if r.offset >= position)
+                if len(records) >= budget:
+                    break
             if len(records) > budget:
                 records = records[:budget]
             if records:

@@ -27,7 +27,7 @@ from streamkit.log.config import TopicConfig
 from streamkit.log.errors import LogError
 from streamkit.log.groups.coordinator import GroupCoordinator
 from streamkit.log.groups.messages import GroupConfig
-from streamkit.log.manager import LogManager
+from streamkit.log.manager import LogManager, remove_owner, write_owner
 from streamkit.log.producers import ProducerIdAllocator, ProducerStates
 from streamkit.log.server import apis
 from streamkit.log.server.config import BrokerConfig
@@ -145,6 +145,8 @@ class Broker:
             await state.drain_blocking()
             raise
         state.port = self._server.sockets[0].getsockname()[1]
+        # Other processes pointed at this data directory reach the log through us.
+        write_owner(self.data_dir, self.config.advertised, state.port)
         self._state = state
         if state.transactions is not None:
             self._background.append(self._tasks.create_task(self._expire_transactions(state.transactions)))
@@ -204,6 +206,7 @@ class Broker:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), timeout=1.0)
         if self._log is not None:
+            remove_owner(self.data_dir)
             await asyncio.to_thread(self._close_log, state)
 
     def _close_log(self, state: BrokerState | None) -> None:
