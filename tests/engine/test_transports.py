@@ -12,6 +12,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import streamkit as sk
 from streamkit.runtime import Worker
 from streamkit.transport.base import open_log_client
@@ -173,10 +175,12 @@ async def test_sigkill_restart_reprocesses_only_after_last_commit(log_url: str, 
     assert len(done_before) > 0
 
 
+@pytest.mark.parametrize("leave", [signal.SIGTERM, signal.SIGKILL], ids=["leaves", "dies"])
 async def test_two_workers_share_partitions_and_rebalance_without_loss(
-    broker: object, unique: str, tmp_path: Path
+    broker: object, unique: str, tmp_path: Path, leave: signal.Signals
 ) -> None:
-    """Several worker processes on one broker: one joins mid-stream, one leaves mid-stream."""
+    """Several worker processes on one broker: one joins mid-stream, one leaves (or dies)
+    mid-stream; a dead member's partitions move once its session times out."""
     url = f"kafka://{broker.bootstrap}"  # type: ignore[attr-defined]
     total = 16000
     await produce_ints(url, f"{unique}-in", total)
@@ -187,8 +191,9 @@ async def test_two_workers_share_partitions_and_rebalance_without_loss(
         await asyncio.sleep(3)
         b = start_worker(unique, url, 0.003, log_b)
         await asyncio.sleep(5)
-        a.send_signal(signal.SIGTERM)  # leaves mid-stream: its partitions move to b
-        assert a.wait(30) == 0, log_a.read_text()
+        a.send_signal(leave)  # mid-stream: its partitions move to b
+        code = a.wait(30)
+        assert code == (0 if leave == signal.SIGTERM else -signal.SIGKILL), log_a.read_text()
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if sum((await committed_offsets(url, unique, f"{unique}-in", 4)).values()) == total:
