@@ -1,10 +1,19 @@
 """How the CLI's commands reach a log: one small interface, one implementation per way in.
 
-Commands code only against ``LogAccess``. Today the one implementation is
-``EmbeddedAccess``: it opens the data directory itself through ``LogManager`` and so holds
-the directory's lock while it works. A ``--bootstrap HOST:PORT`` implementation over the
-Kafka wire protocol (a running broker or worker) slots in behind ``open_access`` without
-touching the commands.
+Commands code only against ``LogAccess``; ``open_access`` picks the implementation:
+
+* ``BrokerAccess`` (``--bootstrap HOST:PORT``): the Kafka wire protocol to a running
+  ``streamkit broker``, a worker, or a Kafka cluster, through ``transport.kafka_tools``.
+  Segment sizes and counts do not travel over the wire: they are None there. An unreachable
+  broker is a ``TransportError`` like every other wire failure, so the command ends with one
+  line and exit code 2 (the log named cannot be used, as with a locked data directory).
+* ``DataDirAccess`` (``--data-dir DIR``, the default): ``EmbeddedAccess`` opens the
+  directory itself through ``LogManager`` and holds its lock while it works. When another
+  process holds the lock and has recorded where it serves the wire protocol in
+  ``DIR/.owner`` (see ``log.manager``: a broker or a worker writes it), the command goes
+  through that owner instead (DESIGN.md: one data directory, one owner, many users). A
+  missing or malformed ``.owner``, or nothing answering at its address, leaves the usual
+  "in use by another process" error.
 
 Offsets follow Kafka: a committed offset and ``Fetched.next_offset`` are the offset of the
 next record to read.
@@ -12,28 +21,39 @@ next record to read.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from streamkit._core.errors import ConfigError
 from streamkit._core.types import TopicPartition
 from streamkit.log.compression import CODEC_IDS
-from streamkit.log.errors import DataDirLockedError
-from streamkit.log.manager import LogManager
+from streamkit.log.errors import DataDirLockedError, OffsetOutOfRangeError
+from streamkit.log.manager import LogManager, owner_address
 from streamkit.log.records import NewRecord, Record, decode_batches
+from streamkit.transport.base import TransportError
+from streamkit.transport.kafka_tools import FetchOutOfRangeError, KafkaTools
 
 DEFAULT_DATA_DIR = ".streamkit"
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
 class LogTarget:
-    """Where a command's log lives (the common options of every command)."""
+    """Where a command's log lives (the common options of every command).
+
+    ``bootstrap`` (HOST:PORT[,HOST:PORT...]), when set, wins: the log is reached over the
+    wire and ``data_dir`` is not used.
+    """
 
     data_dir: Path
+    bootstrap: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,8 +61,8 @@ class PartitionState:
     partition: int
     log_start_offset: int
     high_watermark: int
-    size_bytes: int
-    segments: int
+    size_bytes: int | None  # None when unknown (over the wire)
+    segments: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +143,14 @@ class EmbeddedAccess:
         self._warn = warn
         self._manager: LogManager | None = None
 
+    def open(self, *, lock_wait_s: float | None = None) -> None:
+        """Open the directory now (a no-op when open); ``lock_wait_s`` overrides the wait."""
+        self._open(self._lock_wait_s if lock_wait_s is None else lock_wait_s)
+
     def _log(self) -> LogManager:
+        return self._open(self._lock_wait_s)
+
+    def _open(self, lock_wait_s: float) -> LogManager:
         if self._manager is not None:
             return self._manager
         if self.data_dir.exists() and not self.data_dir.is_dir():
@@ -132,7 +159,7 @@ class EmbeddedAccess:
             raise ConfigError(
                 f"no data directory at {self.data_dir} (create a topic first, or pass --data-dir)"
             )
-        deadline = time.monotonic() + self._lock_wait_s
+        deadline = time.monotonic() + lock_wait_s
         while True:
             manager = LogManager(self.data_dir, background=False)
             try:
@@ -211,10 +238,180 @@ class EmbeddedAccess:
             manager.close()
 
 
+class BrokerAccess:
+    """``LogAccess`` over the Kafka wire protocol to the broker at ``bootstrap``.
+
+    Its connections live on one private event loop from the first call to ``close``, so a
+    ``consume --follow`` keeps its fetch consumer (and what it prefetched) between polls.
+    """
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self._tools = KafkaTools(bootstrap)
+        self._runner: asyncio.Runner | None = None
+
+    def _run(self, work: Coroutine[Any, Any, _T]) -> _T:
+        if self._runner is None:
+            _quiet_aiokafka()
+            self._runner = asyncio.Runner()
+        try:
+            return self._runner.run(work)
+        except FetchOutOfRangeError as exc:
+            raise OffsetOutOfRangeError(exc.offset, exc.log_start_offset, exc.high_watermark) from exc
+
+    def connect(self) -> None:
+        """Connect now (else the first call does); raises ``TransportError`` when unreachable."""
+        self._run(self._tools.start())
+
+    def list_topics(self, *, include_internal: bool = False) -> list[str]:
+        return self._run(self._tools.list_topics(include_internal=include_internal))
+
+    def create_topic(self, name: str, partitions: int | None, config: Mapping[str, str]) -> TopicState:
+        self._run(self._tools.create_topic(name, partitions or 1, config))
+        return self.describe_topic(name)
+
+    def delete_topic(self, name: str) -> None:
+        self._run(self._tools.delete_topic(name))
+
+    def describe_topic(self, name: str) -> TopicState:
+        desc = self._run(self._tools.describe_topic(name))
+        partitions = tuple(
+            PartitionState(p.partition, p.log_start_offset, p.high_watermark, None, None)
+            for p in desc.partitions
+        )
+        return TopicState(desc.name, partitions, desc.config, desc.internal)
+
+    def produce(
+        self, topic: str, partition: int, records: Sequence[NewRecord], *, compression: str = "none"
+    ) -> int:
+        return self._run(self._tools.produce(topic, partition, records, compression=compression))
+
+    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> Fetched:
+        got = self._run(self._tools.fetch(topic, partition, offset, max_bytes))
+        records = [Record(r.offset, r.timestamp, r.key, r.value, r.headers) for r in got.records]
+        return Fetched(records, got.next_offset, got.high_watermark)
+
+    def committed(self, group: str, topic: str) -> dict[int, int]:
+        return self._run(self._tools.committed(group, topic))
+
+    def commit(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
+        self._run(self._tools.commit(group, topic, offsets))
+
+    def idle(self) -> None:
+        return None  # nothing is held that another process waits for
+
+    def close(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is None:
+            return
+        try:
+            runner.run(self._tools.aclose())
+        finally:
+            runner.close()
+
+
+def _quiet_aiokafka() -> None:
+    """Keep aiokafka's log lines (connection retries) off a command's stderr.
+
+    Without a handler of its own, Python prints a library's warnings to stderr; the command
+    reports a failure itself, in one line. A logging setup of the caller still sees them.
+    """
+    logger = logging.getLogger("aiokafka")
+    if not logger.handlers:
+        logger.addHandler(logging.NullHandler())
+
+
+class DataDirAccess:
+    """``LogAccess`` over a data directory: opened here, or reached through its owner.
+
+    Every call first opens the directory (``EmbeddedAccess``); when another process holds
+    its lock and a live owner is recorded in ``.owner``, this and every later call go over
+    the wire to that owner instead. ``idle`` lets go of the directory, as ``EmbeddedAccess``
+    does.
+    """
+
+    def __init__(self, data_dir: Path, *, create: bool = False, warn: Warn = _ignore) -> None:
+        self.data_dir = data_dir
+        self._embedded = EmbeddedAccess(data_dir, create=create, warn=warn)
+        self._owner: BrokerAccess | None = None
+
+    def _access(self) -> LogAccess:
+        if self._owner is not None:
+            return self._owner
+        try:
+            self._embedded.open(lock_wait_s=0)
+        except DataDirLockedError:
+            self._owner = connect_to_owner(self.data_dir)
+            if self._owner is not None:
+                return self._owner
+            self._embedded.open()  # a brief holder (another command) may let go: wait as usual
+        return self._embedded
+
+    def list_topics(self, *, include_internal: bool = False) -> list[str]:
+        return self._access().list_topics(include_internal=include_internal)
+
+    def create_topic(self, name: str, partitions: int | None, config: Mapping[str, str]) -> TopicState:
+        return self._access().create_topic(name, partitions, config)
+
+    def delete_topic(self, name: str) -> None:
+        self._access().delete_topic(name)
+
+    def describe_topic(self, name: str) -> TopicState:
+        return self._access().describe_topic(name)
+
+    def produce(
+        self, topic: str, partition: int, records: Sequence[NewRecord], *, compression: str = "none"
+    ) -> int:
+        return self._access().produce(topic, partition, records, compression=compression)
+
+    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> Fetched:
+        return self._access().fetch(topic, partition, offset, max_bytes)
+
+    def committed(self, group: str, topic: str) -> dict[int, int]:
+        return self._access().committed(group, topic)
+
+    def commit(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
+        self._access().commit(group, topic, offsets)
+
+    def idle(self) -> None:
+        if self._owner is None:
+            self._embedded.idle()
+
+    def close(self) -> None:
+        try:
+            self._embedded.close()
+        finally:
+            if self._owner is not None:
+                self._owner.close()
+
+
+def connect_to_owner(data_dir: Path) -> BrokerAccess | None:
+    """A connected ``BrokerAccess`` to the process that holds ``data_dir`` and serves it.
+
+    None when nobody holds the directory, its ``.owner`` is missing or malformed
+    (``log.manager.owner_address``), or nothing answers at the recorded address.
+    """
+    owner = owner_address(data_dir)
+    if owner is None:
+        return None
+    host, port = owner
+    access = BrokerAccess(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    try:
+        access.connect()
+    except TransportError:
+        access.close()
+        return None
+    return access
+
+
 @contextmanager
 def open_access(target: LogTarget, *, create: bool = False, warn: Warn = _ignore) -> Iterator[LogAccess]:
     """The log ``target`` names, closed on exit. ``create`` makes a missing data directory."""
-    access = EmbeddedAccess(target.data_dir, create=create, warn=warn)
+    access: LogAccess
+    if target.bootstrap is not None:
+        access = BrokerAccess(target.bootstrap)
+    else:
+        access = DataDirAccess(target.data_dir, create=create, warn=warn)
     try:
         yield access
     finally:

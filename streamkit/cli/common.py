@@ -1,4 +1,12 @@
-"""Pieces every command shares: the log options, KEY=VALUE parsing, stderr messages."""
+"""Pieces every command shares: the log options, KEY=VALUE parsing, stderr messages.
+
+The log options: ``--data-dir DIR`` (env STREAMKIT_DATA_DIR, default ``.streamkit``) opens
+the embedded log, ``--bootstrap HOST:PORT`` (env STREAMKIT_BOOTSTRAP) reaches a running
+broker instead. They exclude each other: given both on the command line (or both in the
+environment) the command stops with a usage error; otherwise the command line beats the
+environment. A malformed HOST:PORT is a usage error; an unreachable broker ends the command
+with one line and exit code 2, like a locked data directory.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from streamkit.cli.access import DEFAULT_DATA_DIR, LogTarget
 
@@ -18,13 +27,51 @@ class InputError(click.ClickException):
     exit_code = 2
 
 
+class BootstrapServers(click.ParamType[str]):
+    """``HOST:PORT``, or several joined by commas; IPv6 hosts in brackets (``[::1]:9092``)."""
+
+    name = "HOST:PORT"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        servers = [part.strip() for part in str(value).split(",")]
+        for server in servers:
+            problem = _host_port_problem(server)
+            if problem:
+                self.fail(f"{server!r} is not HOST:PORT ({problem})", param, ctx)
+        return ",".join(servers)
+
+
+def _host_port_problem(server: str) -> str | None:
+    host, sep, port = server.rpartition(":")
+    if not sep or not host:
+        return "no host" if sep else "no port"
+    if host.startswith("["):
+        if not host.endswith("]") or len(host) < 3:
+            return "unclosed IPv6 bracket"
+    elif ":" in host:
+        return "put an IPv6 host in brackets"
+    if any(c.isspace() for c in host):
+        return "spaces in the host"
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        return "the port must be 1 to 65535"
+    return None
+
+
 def log_target_options(func: Callable[..., None]) -> Callable[..., None]:
-    """Add ``--data-dir`` to a command and hand it a ``target: LogTarget`` instead."""
+    """Add ``--data-dir`` and ``--bootstrap`` to a command; hand it a ``target: LogTarget``."""
 
     @functools.wraps(func)
-    def wrapper(*args: Any, data_dir: Path, **kwargs: Any) -> None:
-        func(*args, target=LogTarget(data_dir=data_dir), **kwargs)
+    def wrapper(*args: Any, data_dir: Path, bootstrap: str | None, **kwargs: Any) -> None:
+        target = _target(click.get_current_context(), data_dir, bootstrap)
+        func(*args, target=target, **kwargs)
 
+    with_bootstrap = click.option(
+        "--bootstrap",
+        type=BootstrapServers(),
+        envvar="STREAMKIT_BOOTSTRAP",
+        help="Reach the log through the broker (or worker) at HOST:PORT instead of opening "
+        "a data directory (env STREAMKIT_BOOTSTRAP).",
+    )(wrapper)
     return click.option(
         "--data-dir",
         type=click.Path(path_type=Path),
@@ -32,7 +79,28 @@ def log_target_options(func: Callable[..., None]) -> Callable[..., None]:
         show_default=True,
         envvar="STREAMKIT_DATA_DIR",
         help="Data directory of the embedded log (env STREAMKIT_DATA_DIR).",
-    )(wrapper)
+    )(with_bootstrap)
+
+
+_RANK = {ParameterSource.COMMANDLINE: 2, ParameterSource.ENVIRONMENT: 1}
+
+
+def _target(ctx: click.Context, data_dir: Path, bootstrap: str | None) -> LogTarget:
+    """The command line beats the environment; both at the same level is an error."""
+    if bootstrap is None:
+        return LogTarget(data_dir=data_dir)
+    dir_rank = _RANK.get(ctx.get_parameter_source("data_dir") or ParameterSource.DEFAULT, 0)
+    bootstrap_rank = _RANK.get(ctx.get_parameter_source("bootstrap") or ParameterSource.DEFAULT, 0)
+    if dir_rank == bootstrap_rank == 2:
+        raise click.UsageError("--bootstrap and --data-dir exclude each other: give one")
+    if dir_rank == bootstrap_rank == 1:
+        raise click.UsageError(
+            "STREAMKIT_BOOTSTRAP and STREAMKIT_DATA_DIR are both set: unset one, "
+            "or pick with --bootstrap or --data-dir"
+        )
+    if dir_rank > bootstrap_rank:
+        return LogTarget(data_dir=data_dir)
+    return LogTarget(data_dir=data_dir, bootstrap=bootstrap)
 
 
 def parse_pairs(values: Iterable[str], option: str) -> list[tuple[str, str]]:

@@ -61,17 +61,19 @@ def describe(name: str, target: LogTarget) -> None:
 
 
 def format_topic(state: TopicState) -> str:
+    """The ``describe`` text; a size or segment count the log did not report shows as "-"."""
     records = sum(p.high_watermark - p.log_start_offset for p in state.partitions)
-    size = sum(p.size_bytes for p in state.partitions)
+    sizes = [p.size_bytes for p in state.partitions]
+    size = "-" if None in sizes else human_bytes(sum(s or 0 for s in sizes))
     lines = [
         f"Topic: {state.name}  Partitions: {len(state.partitions)}  "
         f"Internal: {'yes' if state.internal else 'no'}  "
-        f"Offsets in the log: {records}  Size: {human_bytes(size)}",
+        f"Offsets in the log: {records}  Size: {size}",
         "",
     ]
     rows = [("Partition", "LogStartOffset", "HighWatermark", "Size", "Segments")]
     rows += [
-        (str(p.partition), str(p.log_start_offset), str(p.high_watermark), str(p.size_bytes), str(p.segments))
+        (str(p.partition), str(p.log_start_offset), str(p.high_watermark), _known(p.size_bytes), _known(p.segments))
         for p in state.partitions
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -79,6 +81,10 @@ def format_topic(state: TopicState) -> str:
     lines += ["", "Config:"]
     lines += [f"  {key} = {value}" for key, value in sorted(state.config.items())]
     return "\n".join(lines)
+
+
+def _known(value: int | None) -> str:
+    return "-" if value is None else str(value)
 
 
 @topics.command("delete")

@@ -1,0 +1,499 @@
+"""Log tools over the Kafka wire protocol, for command-line use: ``streamkit broker`` or Kafka.
+
+One of the two modules that import aiokafka (the engine's driver is ``transport.kafka``).
+``KafkaTools`` is what ``streamkit topics/produce/consume --bootstrap`` need and no more:
+list, create, delete and describe topics (admin client, Metadata, ListOffsets and
+DescribeConfigs); append records to a partition as one batch (the producer's
+``create_batch``/``send_batch``); read a partition from an offset (a group-less consumer
+with ``assign``/``seek``/``getmany``); read a group's committed offsets and commit offsets
+for a group without joining it (generation -1, the "simple consumer" commit).
+
+Invariants:
+
+* nothing here asks the broker to auto-create a topic: topics are looked up in the Metadata
+  of all topics (a request naming a missing topic creates it on brokers that auto-create),
+  and ``delete_topic`` first closes the clients whose metadata refreshes would name it.
+  (Another process still reading a topic that is deleted may bring it back on such a broker,
+  as any Kafka client does.)
+* offsets follow Kafka: ``FetchResult.next_offset`` and committed offsets are the offset of
+  the next record to read;
+* aiokafka errors leave as ``TransportError`` subclasses, with ``raise ... from``:
+  ``BrokerUnreachableError`` (no connection), ``TopicNotFoundError``, ``BrokerRejectedError``
+  (the broker refused the request and said why), ``FetchOutOfRangeError`` (the offset lies
+  outside the partition's log), and plain ``TransportError`` for the rest.
+
+Usage::
+
+    async with KafkaTools("127.0.0.1:9092") as tools:
+        await tools.create_topic("orders", 3, {"retention.ms": "3600000"})
+        first = await tools.produce("orders", 0, records)  # NewRecord-shaped, one batch
+        got = await tools.fetch("orders", 0, first, max_bytes=1 << 20)
+        await tools.commit("billing", "orders", {0: got.next_offset})
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Protocol
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import TopicPartition as KafkaTP
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import (
+    KafkaConnectionError,
+    KafkaError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+    UnknownTopicOrPartitionError,
+    for_code,
+)
+from aiokafka.errors import OffsetOutOfRangeError as KafkaOffsetOutOfRange
+
+from streamkit.transport.base import Header, TransportError
+
+_UNKNOWN_TOPIC: int = UnknownTopicOrPartitionError.errno
+_CODECS: dict[str, str | None] = {"none": None, "gzip": "gzip", "snappy": "snappy", "lz4": "lz4", "zstd": "zstd"}
+_FETCH_WAIT_MS = 100  # the broker's long-poll wait: how soon an empty partition is known empty
+_POLL_MS = 20  # how often fetch() looks at what the background fetcher has learnt
+_DEFAULT_FETCH_BYTES = 1024 * 1024
+
+
+class BrokerUnreachableError(TransportError):
+    """No connection to the broker (refused, timed out, closed)."""
+
+    retriable = True
+
+
+class TopicNotFoundError(TransportError):
+    """The broker has no such topic."""
+
+    retriable = False
+
+    def __init__(self, topic: str) -> None:
+        super().__init__(f"unknown topic {topic!r}")
+        self.topic = topic
+
+
+class BrokerRejectedError(TransportError):
+    """The broker refused a request; the message says why (in the broker's words if it gave them)."""
+
+    retriable = False
+
+
+class FetchOutOfRangeError(TransportError):
+    """A fetch offset lies outside ``[log_start_offset, high_watermark]``."""
+
+    retriable = False
+
+    def __init__(self, offset: int, log_start_offset: int, high_watermark: int) -> None:
+        super().__init__(f"offset {offset} is out of range [{log_start_offset}, {high_watermark}]")
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.high_watermark = high_watermark
+
+
+class OutgoingRecord(Protocol):
+    """A record to append; ``streamkit.log.records.NewRecord`` has this shape."""
+
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def timestamp(self) -> int: ...
+    @property
+    def headers(self) -> Sequence[Header]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOffsets:
+    partition: int
+    log_start_offset: int
+    high_watermark: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    name: str
+    partitions: tuple[PartitionOffsets, ...]
+    config: dict[str, str]  # every config the broker reports, by its Kafka name
+    internal: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedRecord:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[Header] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    records: list[FetchedRecord]  # control records left out
+    next_offset: int  # where the next fetch starts (past control batches and compacted gaps)
+    high_watermark: int
+
+
+@asynccontextmanager
+async def _errors(what: str) -> AsyncIterator[None]:
+    """aiokafka's errors as ours, prefixed with what was being done."""
+    try:
+        yield
+    except KafkaConnectionError as exc:
+        raise BrokerUnreachableError(f"{what}: lost the connection to the broker") from exc
+    except KafkaError as exc:
+        raise TransportError(f"{what}: {exc}") from exc
+
+
+def _rejected(what: str, code: int, message: str | None) -> BrokerRejectedError:
+    """The broker's own message when it gave one (it names the topic), else ``what`` and the code."""
+    return BrokerRejectedError(message or f"{what} ({getattr(for_code(code), 'message', code)})")
+
+
+class KafkaTools:
+    """Connections to one cluster, opened as they are first needed and closed by ``aclose``.
+
+    ``start`` connects the admin client, so an unreachable broker is known at once; the
+    producer (one per compression codec), the fetch consumer and one consumer per group
+    (for commits) are started on first use. ``fetch``'s ``max_bytes`` is the fetch
+    consumer's per-partition fetch size: a call with another size restarts that consumer.
+    """
+
+    def __init__(self, bootstrap_servers: str, *, request_timeout_ms: int = 15_000) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.request_timeout_ms = request_timeout_ms
+        self._admin: AIOKafkaAdminClient | None = None
+        self._producers: dict[str, AIOKafkaProducer] = {}
+        self._fetcher: AIOKafkaConsumer | None = None
+        self._fetch_bytes = _DEFAULT_FETCH_BYTES
+        self._positions: dict[KafkaTP, int] = {}  # where the fetch consumer stands, per partition
+        self._sought_ms: dict[KafkaTP, int] = {}  # when fetch() last moved a partition
+        self._committers: dict[str, AIOKafkaConsumer] = {}
+
+    async def __aenter__(self) -> KafkaTools:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def start(self) -> None:
+        await self._admin_client()
+
+    async def aclose(self) -> None:
+        """Close every client; idempotent."""
+        await self._stop_fetcher()
+        clients: list[AIOKafkaProducer | AIOKafkaConsumer] = [*self._producers.values(), *self._committers.values()]
+        self._producers, self._committers = {}, {}
+        for client in clients:
+            await client.stop()
+        admin, self._admin = self._admin, None
+        if admin is not None:
+            await admin.close()
+
+    # -- topics --------------------------------------------------------------------------
+
+    async def list_topics(self, *, include_internal: bool = False) -> list[str]:
+        return sorted(await self._partition_counts(internal_too=include_internal))
+
+    async def create_topic(self, name: str, partitions: int, config: Mapping[str, str]) -> None:
+        admin = await self._admin_client()
+        async with _errors(f"cannot create topic {name!r}"):
+            response = await admin.create_topics([NewTopic(name, partitions, 1, topic_configs=dict(config))])
+        for topic, code, *rest in response.topic_errors:
+            if topic == name and code:
+                raise _rejected(f"cannot create topic {name!r}", code, rest[0] if rest else None)
+
+    async def delete_topic(self, name: str) -> None:
+        await self._forget(name)
+        admin = await self._admin_client()
+        async with _errors(f"cannot delete topic {name!r}"):
+            response = await admin.delete_topics([name])
+        for topic, code in response.topic_error_codes:
+            if topic == name and code == _UNKNOWN_TOPIC:
+                raise TopicNotFoundError(name)
+            if topic == name and code:
+                raise _rejected(f"topic {name!r} cannot be deleted", code, None)
+
+    async def _forget(self, topic: str) -> None:
+        """Close the clients that may track ``topic`` (they start again when needed).
+
+        aiokafka's metadata refreshes name the topics a client has used, always allowing
+        auto-creation: on a broker that auto-creates topics they would bring a deleted one back.
+        """
+        await self._stop_fetcher()
+        clients: list[AIOKafkaProducer | AIOKafkaConsumer] = list(self._producers.values())
+        self._producers = {}
+        for group, consumer in list(self._committers.items()):
+            if any(tp.topic == topic for tp in consumer.assignment()):
+                clients.append(self._committers.pop(group))
+        for client in clients:
+            await client.stop()
+
+    async def describe_topic(self, name: str) -> TopicDescription:
+        counts = await self._partition_counts(internal_too=True)
+        if name not in counts:
+            raise TopicNotFoundError(name)
+        count, internal = counts[name]
+        tps = [KafkaTP(name, p) for p in range(count)]
+        consumer = await self._fetch_consumer()
+        async with _errors(f"cannot read the offsets of {name!r}"):
+            starts = await consumer.beginning_offsets(tps)
+            ends = await consumer.end_offsets(tps)
+        offsets = tuple(PartitionOffsets(tp.partition, int(starts[tp]), int(ends[tp])) for tp in tps)
+        return TopicDescription(name, offsets, await self._topic_config(name), internal)
+
+    async def _partition_counts(self, *, internal_too: bool = False) -> dict[str, tuple[int, bool]]:
+        """(partition count, internal) of every topic, from the Metadata of all topics."""
+        admin = await self._admin_client()
+        async with _errors("cannot list topics"):
+            described: list[dict[str, Any]] = await admin.describe_topics(None)
+        return {
+            t["topic"]: (len(t["partitions"]), bool(t.get("is_internal")))
+            for t in described
+            if t["error_code"] == 0 and (internal_too or not t.get("is_internal"))
+        }
+
+    async def _topic_config(self, name: str) -> dict[str, str]:
+        admin = await self._admin_client()
+        async with _errors(f"cannot describe the configs of {name!r}"):
+            responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name)])
+        config: dict[str, str] = {}
+        for response in responses:
+            for code, message, _type, resource, entries in response.resources:
+                if code == _UNKNOWN_TOPIC:
+                    raise TopicNotFoundError(name)
+                if code:
+                    raise _rejected(f"cannot describe the configs of {name!r}", code, message)
+                if resource == name:
+                    config.update((entry[0], entry[1]) for entry in entries if entry[1] is not None)
+        return config
+
+    # -- produce -------------------------------------------------------------------------
+
+    async def produce(
+        self, topic: str, partition: int, records: Sequence[OutgoingRecord], *, compression: str = "none"
+    ) -> int:
+        """Append ``records`` as one batch; return the offset of the first.
+
+        ``compression`` is a Kafka codec name: none, gzip, snappy, lz4 or zstd.
+        """
+        if not records:
+            raise ValueError("produce needs at least one record")
+        producer = await self._producer(compression)
+        where = f"cannot produce to {topic}-{partition}"
+        batch = producer.create_batch()
+        for record in records:
+            appended = batch.append(
+                key=record.key, value=record.value, timestamp=record.timestamp, headers=list(record.headers)
+            )
+            if appended is None:
+                raise BrokerRejectedError(f"{where}: {len(records)} records do not fit in one batch")
+        batch.close()
+        async with _errors(where):
+            try:
+                delivered = await producer.send_batch(batch, topic, partition=partition)
+                metadata = await delivered
+            except (MessageSizeTooLargeError, RecordListTooLargeError) as exc:
+                raise BrokerRejectedError(
+                    f"{where}: the batch of {batch.size()} bytes exceeds the topic's max.message.bytes"
+                ) from exc
+        return int(metadata.offset)
+
+    async def _producer(self, compression: str) -> AIOKafkaProducer:
+        if compression not in _CODECS:
+            raise BrokerRejectedError(f"unknown compression {compression!r}")
+        producer = self._producers.get(compression)
+        if producer is None:
+            async with _errors(f"cannot start a producer with compression {compression}"):
+                producer = AIOKafkaProducer(
+                    bootstrap_servers=self.bootstrap_servers,
+                    acks="all",
+                    compression_type=_CODECS[compression],
+                    max_batch_size=64 * 1024 * 1024,  # callers size batches to the topic's limit
+                    max_request_size=64 * 1024 * 1024,
+                    request_timeout_ms=self.request_timeout_ms,
+                )
+                try:
+                    await producer.start()
+                except BaseException:
+                    await producer.stop()
+                    raise
+            self._producers[compression] = producer
+        return producer
+
+    # -- fetch ---------------------------------------------------------------------------
+
+    async def fetch(
+        self, topic: str, partition: int, offset: int, max_bytes: int, *, timeout_ms: int | None = None
+    ) -> FetchResult:
+        """Records of ``topic``-``partition`` from ``offset`` on.
+
+        Returns as soon as records arrive, or with none once a fetch made from ``offset``
+        shows the partition has nothing more (``next_offset`` reached the high watermark).
+        Raises ``FetchOutOfRangeError`` outside the log, ``TransportError`` when the broker
+        has not answered within ``timeout_ms`` (default: the request timeout).
+        """
+        if max_bytes != self._fetch_bytes:
+            await self._stop_fetcher()
+            self._fetch_bytes = max_bytes
+        consumer = await self._fetch_consumer()
+        tp = KafkaTP(topic, partition)
+        self._move_to(consumer, tp, offset)
+        deadline = time.monotonic() + (timeout_ms or self.request_timeout_ms) / 1000
+        where = f"cannot fetch from {topic}-{partition}"
+        while True:
+            try:
+                async with _errors(where):
+                    got = await consumer.getmany(tp, timeout_ms=_POLL_MS)
+                    position = int(await consumer.position(tp))
+            except TransportError as exc:
+                if isinstance(exc.__cause__, KafkaOffsetOutOfRange):
+                    await self._out_of_range(consumer, tp, offset)
+                raise
+            self._positions[tp] = position
+            records = [
+                FetchedRecord(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in got.get(tp, ())
+            ]
+            high_watermark = self._fresh_high_watermark(consumer, tp)
+            if records or (high_watermark is not None and position >= high_watermark):
+                return FetchResult(records, position, max(position, high_watermark or 0))
+            if time.monotonic() >= deadline:
+                raise TransportError(f"{where}: no answer from the broker in time")
+
+    def _move_to(self, consumer: AIOKafkaConsumer, tp: KafkaTP, offset: int) -> None:
+        """Assign ``tp`` (keeping the others where they were) and seek it to ``offset``."""
+        if tp not in consumer.assignment():
+            consumer.assign([*self._positions, tp])  # resets every position: seek them all back
+            now_ms = int(time.time() * 1000)
+            for other, position in self._positions.items():
+                consumer.seek(other, position)
+                self._sought_ms[other] = now_ms
+        if self._positions.get(tp) != offset or tp not in self._sought_ms:
+            consumer.seek(tp, offset)
+            self._positions[tp] = offset
+            self._sought_ms[tp] = int(time.time() * 1000)
+
+    def _fresh_high_watermark(self, consumer: AIOKafkaConsumer, tp: KafkaTP) -> int | None:
+        """The high watermark of a fetch answered after the last seek of ``tp``, else None.
+
+        The consumer drops answers to fetches from an old position, so an answer timed after
+        the seek is for the position fetch() asked for.
+        """
+        polled_ms = consumer.last_poll_timestamp(tp)
+        high_watermark = consumer.highwater(tp)
+        if polled_ms is None or high_watermark is None or polled_ms <= self._sought_ms[tp]:
+            return None
+        return int(high_watermark)
+
+    async def _out_of_range(self, consumer: AIOKafkaConsumer, tp: KafkaTP, offset: int) -> None:
+        self._positions.pop(tp, None)  # the next fetch seeks again
+        async with _errors(f"cannot read the offsets of {tp.topic}-{tp.partition}"):
+            start = (await consumer.beginning_offsets([tp]))[tp]
+            end = (await consumer.end_offsets([tp]))[tp]
+        raise FetchOutOfRangeError(offset, int(start), int(end))
+
+    async def _stop_fetcher(self) -> None:
+        consumer, self._fetcher = self._fetcher, None
+        self._positions.clear()
+        self._sought_ms.clear()
+        if consumer is not None:
+            await consumer.stop()
+
+    async def _fetch_consumer(self) -> AIOKafkaConsumer:
+        if self._fetcher is None:
+            async with _errors("cannot start a consumer"):
+                consumer = AIOKafkaConsumer(
+                    bootstrap_servers=self.bootstrap_servers,
+                    group_id=None,
+                    enable_auto_commit=False,
+                    auto_offset_reset="none",  # fetch() always seeks; out of range is the caller's
+                    fetch_max_wait_ms=_FETCH_WAIT_MS,
+                    max_partition_fetch_bytes=self._fetch_bytes,
+                    fetch_max_bytes=max(self._fetch_bytes, 50 * 1024 * 1024),
+                    request_timeout_ms=self.request_timeout_ms,
+                )
+                try:
+                    await consumer.start()
+                except BaseException:
+                    await consumer.stop()
+                    raise
+            self._fetcher = consumer
+        return self._fetcher
+
+    # -- groups --------------------------------------------------------------------------
+
+    async def committed(self, group: str, topic: str) -> dict[int, int]:
+        """The group's committed offset of each partition of ``topic`` that has one."""
+        admin = await self._admin_client()
+        async with _errors(f"cannot read the offsets of group {group!r}"):
+            offsets = await admin.list_consumer_group_offsets(group)
+        return {
+            tp.partition: int(meta.offset)
+            for tp, meta in offsets.items()
+            if tp.topic == topic and meta.offset >= 0
+        }
+
+    async def commit(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
+        """Commit ``offsets`` for ``group`` without joining it (generation -1, no member id)."""
+        if not offsets:
+            return
+        tps = {KafkaTP(topic, p): offset for p, offset in offsets.items()}
+        consumer = await self._committer(group, tps)
+        async with _errors(f"cannot commit offsets of group {group!r}"):
+            await consumer.commit(tps)
+
+    async def _committer(self, group: str, tps: Iterable[KafkaTP]) -> AIOKafkaConsumer:
+        """A consumer of ``group`` assigned ``tps`` by hand, paused: it commits, never fetches."""
+        consumer = self._committers.get(group)
+        if consumer is None:
+            async with _errors(f"cannot start a consumer for group {group!r}"):
+                consumer = AIOKafkaConsumer(
+                    bootstrap_servers=self.bootstrap_servers,
+                    group_id=group,
+                    enable_auto_commit=False,
+                    auto_offset_reset="latest",
+                    request_timeout_ms=self.request_timeout_ms,
+                )
+                try:
+                    await consumer.start()
+                except BaseException:
+                    await consumer.stop()
+                    raise
+            self._committers[group] = consumer
+        assigned = consumer.assignment()
+        wanted = set(assigned) | set(tps)
+        if wanted != assigned:
+            consumer.assign(sorted(wanted))
+            consumer.pause(*wanted)
+        return consumer
+
+    # -- connections ---------------------------------------------------------------------
+
+    async def _admin_client(self) -> AIOKafkaAdminClient:
+        if self._admin is None:
+            admin = AIOKafkaAdminClient(
+                bootstrap_servers=self.bootstrap_servers, request_timeout_ms=self.request_timeout_ms
+            )
+            try:
+                await admin.start()
+            except KafkaConnectionError as exc:
+                await admin.close()
+                raise BrokerUnreachableError(f"cannot reach a broker at {self.bootstrap_servers}") from exc
+            except KafkaError as exc:
+                await admin.close()
+                raise TransportError(f"cannot connect to {self.bootstrap_servers}: {exc}") from exc
+            except BaseException:
+                await admin.close()
+                raise
+            self._admin = admin
+        return self._admin
