@@ -106,8 +106,12 @@ def _os_message(exc: OSError) -> str:
 def cli() -> None:
     """streamkit: Kafka's stream-processing model for Python.
 
-    Commands open the embedded log in --data-dir (default .streamkit, or
-    $STREAMKIT_DATA_DIR) and hold its lock while they run.
+    Log commands (topics, produce, consume) open the embedded log in --data-dir
+    (default .streamkit, or $STREAMKIT_DATA_DIR) and hold its lock while they run; when
+    a worker or broker owns that directory they go through it over the wire. With
+    --bootstrap HOST:PORT they talk to a running broker instead.
+
+    App commands (worker, agents, send) take -A MODULE:APP.
     """
 
 
