@@ -142,8 +142,17 @@ async def test_sigkill_restart_reprocesses_only_after_last_commit(log_url: str, 
     log = tmp_path / "worker.log"
     proc = start_worker(unique, log_url, 0.005, log)
     try:
-        await asyncio.sleep(4)
-        assert proc.poll() is None, log.read_text()
+        # Kill it once it has committed something (read through the worker itself when it
+        # owns an embedded log): a slow machine only makes the wait longer.
+        deadline = time.monotonic() + 90
+        while "streamkit worker: app" not in log.read_text():  # it owns the log from here on
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            await asyncio.sleep(0.1)
+        while sum((await committed_offsets(log_url, unique, f"{unique}-in", 4)).values()) == 0:
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            await asyncio.sleep(0.2)
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
     finally:
@@ -152,8 +161,7 @@ async def test_sigkill_restart_reprocesses_only_after_last_commit(log_url: str, 
     done_before = await read_all(log_url, f"{unique}-out")
     assert 0 < sum(committed.values()) < total, (committed, log.read_text())
 
-    # Run again until everything is committed. The worker owns an embedded log while it runs,
-    # so progress is checked between runs, each ended gracefully with SIGTERM.
+    # Run again until everything is committed, each run ended gracefully with SIGTERM.
     for _round in range(10):
         proc = start_worker(unique, log_url, 0.0, log)
         try:
