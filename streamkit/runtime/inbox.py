@@ -152,18 +152,21 @@ class RootSource:
         return None
 
     async def get(self, timeout: float | None) -> Event | None:
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
+        deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
         while True:
             if self._is_stopping():
                 raise StreamEnd
-            self._wakeup.clear()
+            # Fast path: a record is waiting (the usual case under load); no loop, no clear.
             taken = self._take()
+            if taken is None:
+                # Clear, then look again: a put after the clear sets the wakeup, so none is lost.
+                self._wakeup.clear()
+                taken = self._take()
             if taken is None:
                 if deadline is None:
                     await self._wakeup.wait()
                     continue
-                remaining = deadline - loop.time()
+                remaining = deadline - asyncio.get_running_loop().time()
                 if remaining <= 0:
                     return None
                 try:

@@ -47,7 +47,7 @@ class RuntimeSender:
         self._clock = clock
         self._partition_count = partition_count
         self._counts: dict[str, int] = {}
-        self._key_partitions: dict[tuple[bytes, int], int] = {}
+        self._key_partitions: dict[int, dict[bytes, int]] = {}  # partition count -> key -> partition
         self._sticky: dict[str, list[int]] = {}
 
     def known_partitions(self, topic: str, count: int) -> None:
@@ -93,10 +93,12 @@ class RuntimeSender:
                 sticky = self._sticky[topic] = [random.randrange(count), 0]
             sticky[1] += 1
             return sticky[0]
-        cache_key = (key, count)
-        found = self._key_partitions.get(cache_key)
+        cache = self._key_partitions.get(count)
+        if cache is None:
+            cache = self._key_partitions[count] = {}
+        found = cache.get(key)
         if found is None:
-            if len(self._key_partitions) >= _KEY_CACHE_LIMIT:
-                self._key_partitions.clear()
-            found = self._key_partitions[cache_key] = partition_for_key(key, count)
+            if len(cache) >= _KEY_CACHE_LIMIT:
+                cache.clear()
+            found = cache[key] = partition_for_key(key, count)
         return found

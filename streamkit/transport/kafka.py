@@ -9,6 +9,10 @@ Kafka Streams. Offsets are committed by the engine only (auto-commit is off).
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
+import time
+from collections import deque
 from collections.abc import Awaitable, Generator, Mapping, Sequence
 from typing import Any
 
@@ -26,6 +30,13 @@ from streamkit.transport.base import (
     RecordMetadata,
     TransportError,
 )
+
+logger = logging.getLogger(__name__)
+# Full batches a partition may have waiting for hand-over before ``send`` waits.
+MAX_QUEUED_BATCHES = 2
+# aiokafka's batch builder wants a list and only reads it: one shared empty list, rather than
+# a new one (a GC-tracked object) per record.
+_NO_HEADERS: list[tuple[str, bytes]] = []
 
 
 class KafkaLogClient:
@@ -97,7 +108,38 @@ class KafkaLogClient:
         return KafkaConsumer(self.bootstrap_servers, group_id, auto_offset_reset)
 
 
+class _Batch:
+    """Records for one partition, appended to an aiokafka ``BatchBuilder`` until handed over.
+
+    ``future`` resolves to the batch's base offset once the broker acknowledged it; each
+    record's metadata is that plus its offset in the batch (``_Ack``), so no future exists
+    per record.
+    """
+
+    __slots__ = ("builder", "future")
+
+    def __init__(self, builder: Any, future: asyncio.Future[int]) -> None:
+        self.builder = builder
+        self.future = future
+
+
 class KafkaProducer:
+    """Builds record batches itself and hands them to aiokafka whole (``send_batch``).
+
+    aiokafka's per-record ``send`` costs a coroutine, a future, a metadata tuple and a
+    scheduled callback per record; here a record costs one append to a ``BatchBuilder``.
+    Batching: records go to the open batch of their partition; it is handed over when it is
+    full or when the event loop next turns (``call_soon``), like the embedded producer. While
+    a partition's previous batch is still being handed over (aiokafka keeps one queued batch
+    per partition and one in flight), records gather in the open batch instead, so a busy
+    partition sends large batches and an idle one sends at once.
+
+    Order: one hand-over task per partition at a time takes that partition's batches in the
+    order they were opened, and aiokafka delivers a partition's batches in that order.
+    Back-pressure: ``send`` waits while ``MAX_QUEUED_BATCHES`` full batches of its partition
+    wait for hand-over (aiokafka takes one more per partition only when the last is drained).
+    """
+
     def __init__(self, bootstrap_servers: str) -> None:
         self._producer = AIOKafkaProducer(
             bootstrap_servers=bootstrap_servers,
@@ -107,7 +149,14 @@ class KafkaProducer:
             request_timeout_ms=30_000,
         )
         self._started = False
-        self._pending: set[asyncio.Future[Any]] = set()
+        self._open: dict[tuple[str, int], _Batch] = {}
+        self._ready: dict[tuple[str, int], deque[_Batch]] = {}
+        self._handing: set[tuple[str, int]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._undelivered: set[asyncio.Future[int]] = set()
+        self._failures: list[BaseException] = []
+        self._taken: dict[tuple[str, int], asyncio.Future[None]] = {}
+        self._scheduled = False
 
     async def start(self) -> None:
         if not self._started:
@@ -120,8 +169,15 @@ class KafkaProducer:
 
     async def aclose(self) -> None:
         if self._started:
-            self._started = False
-            await self._producer.stop()  # flushes what is buffered
+            try:
+                await self.flush()
+            except TransportError as exc:
+                logger.warning("records were not acknowledged when the producer closed: %s", exc)
+            finally:
+                self._started = False
+                for task in list(self._tasks):
+                    task.cancel()
+                await self._producer.stop()
 
     async def send(
         self,
@@ -133,48 +189,137 @@ class KafkaProducer:
         headers: Sequence[Header] = (),
         timestamp_ms: int | None = None,
     ) -> Awaitable[RecordMetadata]:
-        await self.start()
+        if not self._started:
+            await self.start()
+        tp = (topic, partition)
+        ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
+        hdrs = [(k, v if v is not None else b"") for k, v in headers] if headers else _NO_HEADERS
+        batch = self._open.get(tp)
+        if batch is None:
+            batch = self._open[tp] = self._new_batch()
+        appended = batch.builder.append(timestamp=ts, key=key, value=value, headers=hdrs)
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._kick)
+        if appended is None:
+            # Full: queue it for hand-over and start the next one.
+            queue = self._ready.setdefault(tp, deque())
+            queue.append(batch)
+            batch = self._open[tp] = self._new_batch()
+            appended = batch.builder.append(timestamp=ts, key=key, value=value, headers=hdrs)
+            if appended is None:
+                raise TransportError(f"a record for {topic}-{partition} does not fit in a batch")
+            ack = _Ack(batch.future, topic, partition, appended.offset, ts)
+            # Wait while the partition has enough queued already: the back-pressure aiokafka's
+            # own send applies. (The record is in its batch; other senders may add more.)
+            while len(queue) >= MAX_QUEUED_BATCHES and self._started:
+                self._kick()
+                waiter = self._taken.get(tp)
+                if waiter is None:
+                    waiter = self._taken[tp] = asyncio.get_running_loop().create_future()
+                await waiter
+            return ack
+        return _Ack(batch.future, topic, partition, appended.offset, ts)
+
+    def _new_batch(self) -> _Batch:
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._undelivered.add(future)
+        future.add_done_callback(self._undelivered.discard)
+        return _Batch(self._producer.create_batch(), future)
+
+    def _kick(self) -> None:
+        """Start a hand-over for every partition with records and none running."""
+        self._scheduled = False
+        for tp in [*self._open, *self._ready]:
+            if tp not in self._handing:
+                self._handing.add(tp)
+                task = asyncio.ensure_future(self._hand_over(tp))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+    def _close_open(self) -> None:
+        """Move every open batch to its partition's queue (records sent later open new ones)."""
+        for tp, batch in self._open.items():
+            self._ready.setdefault(tp, deque()).append(batch)
+        self._open.clear()
+        self._kick()
+
+    async def _hand_over(self, tp: tuple[str, int]) -> None:
+        """Hand ``tp``'s queued batches, then its open one, to aiokafka, in order."""
         try:
-            future = await self._producer.send(
-                topic,
-                value=value,
-                key=key,
-                partition=partition,
-                timestamp_ms=timestamp_ms,
-                headers=[(k, v if v is not None else b"") for k, v in headers] or None,
-            )
-        except KafkaError as exc:
-            raise TransportError(f"send to {topic}-{partition} failed: {exc}") from exc
-        self._pending.add(future)
-        future.add_done_callback(self._pending.discard)
-        return _Metadata(future)
+            while True:
+                queue = self._ready.get(tp)
+                if queue:
+                    batch = queue.popleft()
+                    waiter = self._taken.pop(tp, None)
+                    if waiter is not None and not waiter.done():
+                        waiter.set_result(None)
+                else:
+                    self._ready.pop(tp, None)
+                    next_open = self._open.pop(tp, None)
+                    if next_open is None:
+                        return
+                    batch = next_open
+                batch.builder.close()  # no more appends, and aiokafka sends it without lingering
+                try:
+                    delivery = await self._producer.send_batch(batch.builder, tp[0], partition=tp[1])
+                except Exception as exc:
+                    # Whatever refuses this batch fails its records (flush and their acks
+                    # report it); it must not stop the hand-over of the batches behind it.
+                    self._fail(batch, TransportError(f"send to {tp[0]}-{tp[1]} failed: {exc!r}"))
+                    continue
+                delivery.add_done_callback(functools.partial(self._delivered, batch, tp))
+        finally:
+            self._handing.discard(tp)
+            waiter = self._taken.pop(tp, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)  # a sender blocked on this partition re-checks and re-kicks
+
+    def _delivered(self, batch: _Batch, tp: tuple[str, int], delivery: asyncio.Future[Any]) -> None:
+        if batch.future.done():
+            return
+        if delivery.cancelled():
+            self._fail(batch, TransportError(f"send to {tp[0]}-{tp[1]} was cancelled"))
+            return
+        exc = delivery.exception()
+        if exc is not None:
+            self._fail(batch, TransportError(f"send to {tp[0]}-{tp[1]} failed: {exc}"))
+        else:
+            batch.future.set_result(delivery.result().offset)
+
+    def _fail(self, batch: _Batch, error: TransportError) -> None:
+        self._failures.append(error)
+        if not batch.future.done():
+            batch.future.set_exception(error)
+            batch.future.exception()  # retrieved here: flush reports it, an _Ack re-raises it
 
     async def flush(self) -> None:
         if not self._started:
             return
-        await self._producer.flush()
-        pending = list(self._pending)
-        if pending:
-            results = await asyncio.gather(*pending, return_exceptions=True)
-            for result in results:
-                if isinstance(result, BaseException):
-                    raise TransportError(f"a send failed: {result}") from result
+        self._close_open()
+        waiting = list(self._undelivered)
+        if waiting:
+            await asyncio.gather(*waiting, return_exceptions=True)
+        if self._failures:
+            failures, self._failures = self._failures, []
+            raise TransportError(f"{len(failures)} batch(es) failed, first: {failures[0]}") from failures[0]
 
 
-class _Metadata:
-    """Awaitable ``RecordMetadata`` of one send; nothing happens if nobody awaits it."""
+class _Ack:
+    """Awaitable metadata of one record, resolved with its batch (no future per record)."""
 
-    __slots__ = ("_future",)
+    __slots__ = ("_future", "_index", "_partition", "_timestamp", "_topic")
 
-    def __init__(self, future: asyncio.Future[Any]) -> None:
+    def __init__(self, future: asyncio.Future[int], topic: str, partition: int, index: int, timestamp: int) -> None:
         self._future = future
+        self._topic = topic
+        self._partition = partition
+        self._index = index
+        self._timestamp = timestamp
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
-        try:
-            md = yield from self._future.__await__()
-        except KafkaError as exc:
-            raise TransportError(f"send failed: {exc}") from exc
-        return RecordMetadata(md.topic, md.partition, md.offset, md.timestamp)
+        base = yield from self._future.__await__()
+        return RecordMetadata(self._topic, self._partition, base + self._index, self._timestamp)
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
