@@ -276,6 +276,8 @@ class Worker:
     async def commit(self, only: set[TopicPartition] | None = None) -> dict[TopicPartition, int]:
         """Commit every processed position whose outputs are acknowledged; returns them."""
         async with self._commit_lock:
+            if self._failure is not None:
+                return {}  # after a lost output nothing may be committed, not even on stop
             positions: dict[TopicPartition, int] = {}
             for tp, inboxes in self._inboxes.items():
                 if only is not None and tp not in only:
@@ -287,7 +289,15 @@ class Worker:
                         positions[tp] = position
             if not positions or self._consumer is None or self._producer is None:
                 return {}
-            await self._producer.flush()
+            try:
+                await self._producer.flush()
+            except TransportError as exc:
+                # Something sent while processing these records was not stored. Committing
+                # would skip it for good: stop instead; a restart redoes the work from the
+                # last commit (at-least-once).
+                logger.error("an output could not be stored, stopping without committing: %s", exc)
+                self.fail(exc)
+                raise
             await self._consumer.commit(positions)
             self._committed.update(positions)
             self.stats.commits += 1

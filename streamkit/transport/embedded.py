@@ -173,6 +173,7 @@ class EmbeddedProducer:
         self._scheduled = False
         self._inflight: set[asyncio.Future[int]] = set()
         self._tasks: set[asyncio.Future[None]] = set()
+        self._failures: list[TransportError] = []
 
     async def start(self) -> None:
         self._client.log  # noqa: B018  (raises when the client is not started)
@@ -227,14 +228,14 @@ class EmbeddedProducer:
         try:
             return self._client.log.partition(tp.topic, tp.partition)
         except (UnknownTopicError, TransportError) as exc:
-            batch.future.set_exception(TransportError(f"cannot send to {tp}: {exc}"))
+            self._fail(batch, TransportError(f"cannot send to {tp}: {exc}"))
             return None
 
     def _append_inline(self, partition: Partition, batch: _Batch) -> None:
         try:
             result = partition.append_records(batch.records)
         except LogError as exc:
-            batch.future.set_exception(TransportError(f"append to {partition.tp} failed: {exc}"))
+            self._fail(batch, TransportError(f"append to {partition.tp} failed: {exc}"))
         else:
             batch.future.set_result(result.base_offset)
 
@@ -249,19 +250,29 @@ class EmbeddedProducer:
             else:
                 result = partition.append_records(batch.records)
         except LogError as exc:
-            batch.future.set_exception(TransportError(f"append to {tp} failed: {exc}"))
+            self._fail(batch, TransportError(f"append to {tp} failed: {exc}"))
         else:
             batch.future.set_result(result.base_offset)
         finally:
             self._inflight.discard(batch.future)
 
+    def _fail(self, batch: _Batch, error: TransportError) -> None:
+        batch.future.set_exception(error)
+        batch.future.exception()  # retrieved here; flush() reports it
+        self._failures.append(error)
+
     async def flush(self) -> None:
+        """Append what is buffered and wait for it; raise the first failure since the last
+        flush (a record that was not stored must not be committed past)."""
         if self._buffers:
             buffers, self._buffers = self._buffers, {}
             for tp, batch in buffers.items():
                 await self._append(tp, batch)
         if self._inflight:
             await asyncio.gather(*list(self._inflight), return_exceptions=True)
+        if self._failures:
+            first, self._failures = self._failures[0], []
+            raise first
 
 
 class EmbeddedConsumer:

@@ -268,3 +268,28 @@ async def test_filtered_out_records_do_not_hold_back_commits() -> None:
         committed = await driver.client.consumer(app.id).committed(sk.TopicPartition("src", 0))
     assert kept == [0, 2, 4, 6, 8, 10]
     assert committed == 12
+
+
+async def test_an_output_the_log_refuses_stops_the_worker_without_committing_past_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    app = make_app()
+    src = app.topic("src", value_type=int)
+    dst = app.topic("dst", value_serializer="raw")
+
+    @app.agent(src, sink=[dst])
+    async def blow_up(stream: sk.Stream):  # type: ignore[no-untyped-def]
+        async for v in stream:
+            yield b"x" * (2 * 1024 * 1024 if v == 2 else 10)  # above max.message.bytes
+
+    async with AppDriver(app, data_dir=str(tmp_path)) as driver:
+        for i in range(4):
+            await driver.send(src, i)
+        with pytest.raises(sk.StreamkitError, match="exceeds max.message.bytes"):
+            for _ in range(50):
+                await driver.worker.commit()
+                await asyncio.sleep(0.02)
+        assert driver.worker.state == "failed"
+    from streamkit.log.manager import LogManager
+
+    with LogManager(tmp_path, background=False) as log:  # stopping committed nothing either
+        committed = log.offsets.fetch(app.id).get(sk.TopicPartition("src", 0))
+    assert committed is None or committed[0] <= 2
