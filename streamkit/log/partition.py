@@ -151,7 +151,7 @@ class Partition:
         with self._lock:
             if self._closed:
                 return
-            self._flush_locked()
+            self._flush_locked(persist=True)
             for seg in self._segments:
                 seg.close()
             self._closed = True
@@ -248,11 +248,14 @@ class Partition:
         for seg in rolled:
             seg.flush(fsync=True, fsync_indexes=True)
         with self._lock:
-            self._flush_locked()
+            self._flush_locked(persist=bool(rolled))
 
-    def _flush_locked(self) -> None:
+    def _flush_locked(self, *, persist: bool = False) -> None:
         if self._closed:
             return
+        # The recovery point only decides which segments a crash recovery re-checks, and the
+        # active one always is: the file is rewritten only when a segment became durable.
+        persist = persist or bool(self._unflushed_segments) or self._dir_dirty
         for seg in self._unflushed_segments:
             seg.flush(fsync=True, fsync_indexes=True)
         self._unflushed_segments = []
@@ -263,8 +266,8 @@ class Partition:
             self._dir_dirty = False
         self._unflushed_records = 0
         self._last_flush_ms = self.clock.monotonic_ms()
-        if active.next_offset != self._recovery_point:
-            self._recovery_point = active.next_offset
+        self._recovery_point = active.next_offset
+        if persist:
             _write_recovery_point(self.directory, self._recovery_point)
 
     def maybe_flush(self) -> bool:
