@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import crc32c as _crc32c
 
@@ -60,6 +60,7 @@ _INT64 = struct.Struct(">q")
 _CRC_FIELD = struct.Struct(">I")
 
 Header = tuple[str, bytes | None]
+NO_HEADERS: tuple[Header, ...] = ()
 
 
 def crc32c(data: bytes | bytearray | memoryview) -> int:
@@ -257,7 +258,7 @@ def varint_size(value: int) -> int:
 # Records
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Record:
     """One decoded record with its absolute offset and timestamp (ms)."""
 
@@ -265,7 +266,21 @@ class Record:
     timestamp: int
     key: bytes | None
     value: bytes | None
-    headers: list[Header] = field(default_factory=list)
+    headers: Sequence[Header] = ()
+
+    def __eq__(self, other: object) -> bool:
+        # Headers compare as sequences: decoding shares one empty tuple, callers pass lists.
+        if not isinstance(other, Record):
+            return NotImplemented
+        return (self.offset, self.timestamp, self.key, self.value, list(self.headers)) == (
+            other.offset,
+            other.timestamp,
+            other.key,
+            other.value,
+            list(other.headers),
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass default
 
 
 # The smallest record: Length, Attributes, TimestampDelta, OffsetDelta, KeyLength, ValueLength
@@ -346,15 +361,19 @@ def decode_records(header: BatchHeader, data: bytes | bytearray | memoryview) ->
             else:
                 value = body[pos : pos + value_len]
                 pos += value_len
-            headers: list[Header] = []
             b = body[pos]
             if b == 0:
+                # Most records carry none: share one empty tuple instead of a list apiece (a
+                # GC-tracked allocation per record on the consumer's hot path).
+                headers: Sequence[Header] = NO_HEADERS
                 pos += 1
             else:
                 n_headers, pos = read_varint(body, pos)
                 if n_headers < 0:
                     raise CorruptRecordError(f"record has {n_headers} headers")
-                pos = _decode_headers(body, pos, n_headers, headers)
+                decoded: list[Header] = []
+                pos = _decode_headers(body, pos, n_headers, decoded)
+                headers = decoded
             if pos != record_end:
                 raise CorruptRecordError("record length does not match its fields")
             append(
