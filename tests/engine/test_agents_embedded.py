@@ -283,7 +283,7 @@ async def test_an_output_the_log_refuses_stops_the_worker_without_committing_pas
     async with AppDriver(app, data_dir=str(tmp_path)) as driver:
         for i in range(4):
             await driver.send(src, i)
-        with pytest.raises(sk.StreamkitError, match="exceeds max.message.bytes"):
+        with pytest.raises(sk.StreamkitError, match=r"exceeds max\.message\.bytes"):
             for _ in range(50):
                 await driver.worker.commit()
                 await asyncio.sleep(0.02)
