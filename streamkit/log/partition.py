@@ -271,12 +271,13 @@ class Partition:
             _write_recovery_point(self.directory, self._recovery_point)
 
     def maybe_flush(self) -> bool:
-        """Flush when ``flush.ms`` has passed since the last flush and data is waiting, or at
-        once when a segment was rolled (Kafka flushes a rolled segment right away too)."""
-        if self._unflushed_segments:
-            self.flush()
-            return True
-        if not self.config.flush_ms or not self._unflushed_records:
+        """Flush when ``flush.ms`` has passed since the last flush and data is waiting.
+
+        Rolled segments wait for this too: an fsync of a whole segment racing the appends
+        into the next one stalled them (3x slower in benchmarks/log_bench.py), and the flush
+        policy is the promise made to producers anyway.
+        """
+        if not self.config.flush_ms or not (self._unflushed_records or self._unflushed_segments):
             return False
         if self.clock.monotonic_ms() - self._last_flush_ms < self.config.flush_ms:
             return False
