@@ -389,6 +389,10 @@ async def run_streamkit(
 ) -> Run:
     run = Run(variant, n)
     app = streamkit_app(f"bench-{tag}", url, in_topic, out_topic)
+    # The GC setting `streamkit worker` applies (cli/apps.py); restored after the run so the
+    # other variants run with the interpreter's defaults.
+    gc_default = gc.get_threshold()
+    gc.set_threshold(700, 10, 100)
     broker_cpu = broker.cpu_s() if broker else 0.0
     cpu = time.process_time()
     progress = Progress(n)
@@ -419,6 +423,7 @@ async def run_streamkit(
             run.note = f"committed {positions} != {n} inputs"
     finally:
         await worker.stop()
+        gc.set_threshold(*gc_default)
     if broker is not None:
         async with EndOffsets(broker.bootstrap, out_topic) as ends:
             run.out_records = await ends.count()

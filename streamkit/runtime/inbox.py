@@ -39,6 +39,11 @@ class Inbox:
     def __init__(self, tp: TopicPartition, topic: Topic, wakeup: asyncio.Event, high_water: int = 20_000) -> None:
         self.tp = tp
         self.topic = topic
+        # Looked up once, not per record on the hot path.
+        self.topic_name = tp.topic
+        self.partition = tp.partition
+        self.key_loads = topic.key_serde.loads
+        self.value_loads = topic.value_serde.loads
         self._wakeup = wakeup
         self._batches: deque[Sequence[ConsumerRecord]] = deque()
         self._index = 0
@@ -152,21 +157,29 @@ class RootSource:
         return None
 
     async def get(self, timeout: float | None) -> Event | None:
-        deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
+        deadline: float | None = None
+        single = self._inboxes[0] if len(self._inboxes) == 1 else None
         while True:
             if self._is_stopping():
                 raise StreamEnd
             # Fast path: a record is waiting (the usual case under load); no loop, no clear.
-            taken = self._take()
-            if taken is None:
+            if single is not None:
+                inbox: Inbox | None = single
+                record = single.take()
+            else:
+                inbox, record = self._take() or (None, None)
+            if record is None:
                 # Clear, then look again: a put after the clear sets the wakeup, so none is lost.
                 self._wakeup.clear()
-                taken = self._take()
-            if taken is None:
-                if deadline is None:
+                inbox, record = self._take() or (None, None)
+            if record is None or inbox is None:
+                if timeout is None:
                     await self._wakeup.wait()
                     continue
-                remaining = deadline - asyncio.get_running_loop().time()
+                now = asyncio.get_running_loop().time()
+                if deadline is None:
+                    deadline = now + timeout
+                remaining = deadline - now
                 if remaining <= 0:
                     return None
                 try:
@@ -174,21 +187,19 @@ class RootSource:
                 except TimeoutError:
                     return None
                 continue
-            inbox, record = taken
-            topic = inbox.topic
             try:
-                key = topic.key_serde.loads(record.key)
-                value = topic.value_serde.loads(record.value)
+                key = inbox.key_loads(record.key)
+                value = inbox.value_loads(record.value)
             except SerdeError as exc:
                 error = DecodeError(
-                    f"record at {inbox.tp.topic}-{inbox.tp.partition} offset {record.offset} "
+                    f"record at {inbox.topic_name}-{inbox.partition} offset {record.offset} "
                     f"does not decode: {exc}"
                 )
                 await self._dead_letter(inbox.tp, record, error)
                 continue
             self._pending.append((inbox, record))
             event = Event(
-                inbox.tp.topic, inbox.tp.partition, record.offset, record.timestamp, key, value, record.headers
+                inbox.topic_name, inbox.partition, record.offset, record.timestamp, key, value, record.headers
             )
             current_event.set(event)
             return event

@@ -309,11 +309,12 @@ class Worker:
         """Send a value an agent yielded to each of its sinks (with the current event's key)."""
         event = current_event.get()
         key = event.key if event is not None else None
+        timestamp = event.timestamp if event is not None else None
         sender = self.app.sender
         for sink in agent.sinks:
             if isinstance(sink, Topic) and sender is not None:
                 # What Topic.send does, minus a coroutine per record.
-                await sender.send(sink, key=key, value=value, headers=None, timestamp_ms=None, partition=None)
+                await sender.send(sink, key=key, value=value, headers=None, timestamp_ms=timestamp, partition=None)
             elif isinstance(sink, (Topic, Agent)):
                 await sink.send(key=key, value=value)
             else:
