@@ -14,9 +14,10 @@ Both drivers give the same guarantees:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping, Sequence
+import asyncio
+from collections.abc import Awaitable, Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from streamkit._core.errors import ConfigError, StreamkitError
@@ -56,6 +57,26 @@ class RecordMetadata:
     partition: int
     offset: int
     timestamp: int
+
+
+class BatchAck:
+    """Awaitable ``RecordMetadata`` of one record, resolved with its batch's base offset.
+
+    Both drivers batch records themselves: one future per batch, not per record.
+    """
+
+    __slots__ = ("_future", "_index", "_partition", "_timestamp", "_topic")
+
+    def __init__(self, future: asyncio.Future[int], topic: str, partition: int, index: int, timestamp: int) -> None:
+        self._future = future
+        self._topic = topic
+        self._partition = partition
+        self._index = index
+        self._timestamp = timestamp
+
+    def __await__(self) -> Generator[Any, None, RecordMetadata]:
+        base = yield from self._future.__await__()
+        return RecordMetadata(self._topic, self._partition, base + self._index, self._timestamp)
 
 
 class RebalanceListener(Protocol):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
 from streamkit._core.clock import SYSTEM_CLOCK, Clock
@@ -24,6 +24,7 @@ from streamkit.log.manager import LogManager
 from streamkit.log.partition import Partition
 from streamkit.log.records import NewRecord, Record, decode_batches, iter_batches
 from streamkit.transport.base import (
+    BatchAck,
     Header,
     RebalanceListener,
     RecordMetadata,
@@ -149,23 +150,6 @@ class _Batch:
         self.records: list[NewRecord] = []
 
 
-class _Ack:
-    """Awaitable metadata of one record, resolved with its batch (no future per record)."""
-
-    __slots__ = ("_future", "_index", "_partition", "_timestamp", "_topic")
-
-    def __init__(self, future: asyncio.Future[int], topic: str, partition: int, index: int, timestamp: int) -> None:
-        self._future = future
-        self._topic = topic
-        self._partition = partition
-        self._index = index
-        self._timestamp = timestamp
-
-    def __await__(self) -> Generator[Any, None, RecordMetadata]:
-        base = yield from self._future.__await__()
-        return RecordMetadata(self._topic, self._partition, base + self._index, self._timestamp)
-
-
 class EmbeddedProducer:
     def __init__(self, client: EmbeddedLogClient) -> None:
         self._client = client
@@ -199,7 +183,7 @@ class EmbeddedProducer:
         ts = self._client.clock.now_ms() if timestamp_ms is None else timestamp_ms
         index = len(batch.records)
         batch.records.append(NewRecord(key, value, ts, headers))
-        ack = _Ack(batch.future, topic, partition, index, ts)
+        ack = BatchAck(batch.future, topic, partition, index, ts)
         if index + 1 >= MAX_BATCH_RECORDS:
             tp = TopicPartition(topic, partition)
             await self._append(tp, self._buffers.pop(tp))

@@ -13,7 +13,7 @@ import functools
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
@@ -24,6 +24,7 @@ from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from streamkit._core.types import TopicPartition
 from streamkit.transport.base import (
+    BatchAck,
     ConsumerRecord,
     Header,
     RebalanceListener,
@@ -209,7 +210,7 @@ class KafkaProducer:
             appended = batch.builder.append(timestamp=ts, key=key, value=value, headers=hdrs)
             if appended is None:
                 raise TransportError(f"a record for {topic}-{partition} does not fit in a batch")
-            ack = _Ack(batch.future, topic, partition, appended.offset, ts)
+            ack = BatchAck(batch.future, topic, partition, appended.offset, ts)
             # Wait while the partition has enough queued already: the back-pressure aiokafka's
             # own send applies. (The record is in its batch; other senders may add more.)
             while len(queue) >= MAX_QUEUED_BATCHES and self._started:
@@ -219,7 +220,7 @@ class KafkaProducer:
                     waiter = self._taken[tp] = asyncio.get_running_loop().create_future()
                 await waiter
             return ack
-        return _Ack(batch.future, topic, partition, appended.offset, ts)
+        return BatchAck(batch.future, topic, partition, appended.offset, ts)
 
     def _new_batch(self) -> _Batch:
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
@@ -303,23 +304,6 @@ class KafkaProducer:
         if self._failures:
             failures, self._failures = self._failures, []
             raise TransportError(f"{len(failures)} batch(es) failed, first: {failures[0]}") from failures[0]
-
-
-class _Ack:
-    """Awaitable metadata of one record, resolved with its batch (no future per record)."""
-
-    __slots__ = ("_future", "_index", "_partition", "_timestamp", "_topic")
-
-    def __init__(self, future: asyncio.Future[int], topic: str, partition: int, index: int, timestamp: int) -> None:
-        self._future = future
-        self._topic = topic
-        self._partition = partition
-        self._index = index
-        self._timestamp = timestamp
-
-    def __await__(self) -> Generator[Any, None, RecordMetadata]:
-        base = yield from self._future.__await__()
-        return RecordMetadata(self._topic, self._partition, base + self._index, self._timestamp)
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
