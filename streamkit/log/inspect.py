@@ -239,8 +239,8 @@ def verify_data_dir(data_dir: str | os.PathLike[str]) -> VerifyReport:
     expected = _check_meta(root, report)
     found: set[str] = set()
     for entry in sorted(root.iterdir(), key=lambda p: _partition_sort_key(p.name)):
-        if not entry.is_dir() or entry.name == ".meta":
-            continue
+        if not entry.is_dir() or entry.name.startswith("."):
+            continue  # .meta, and the wire server's .broker and .producer-state: not partitions
         if entry.name.endswith("-delete"):
             report.notes.append(f"{entry}: left over from a topic deletion (removed on next open)")
             continue
