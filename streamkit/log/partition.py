@@ -46,7 +46,7 @@ from streamkit.log.records import (
     iter_batches,
 )
 from streamkit.log.retention import SegmentSummary, plan_retention
-from streamkit.log.segment import RecoveryReport, Segment
+from streamkit.log.segment import FileRange, RecoveryReport, Segment
 
 _LOG_FILE = re.compile(r"^(\d{20})\.log$")
 _MAX_RELATIVE_OFFSET = 2**31 - 1
@@ -191,10 +191,16 @@ class Partition:
     def append(self, data: bytes, *, verify_crc: bool = True) -> AppendResult:
         """Check one batch, give it the next offsets and append it."""
         header = check_batch(data, verify_crc=verify_crc)
-        return self.append_checked(header, data)
+        return self.append_checked(header, data, crc_checked=verify_crc)
 
-    def append_checked(self, header: BatchHeader, data: bytes) -> AppendResult:
-        """Append a batch ``check_batch`` has already passed."""
+    def append_checked(
+        self, header: BatchHeader, data: bytes | memoryview, *, crc_checked: bool = False
+    ) -> AppendResult:
+        """Append a batch ``check_batch`` has already passed.
+
+        ``crc_checked`` says that check included the CRC (on these very bytes): fetches may
+        then send them from the file without checking them again.
+        """
         if len(data) > self.config.max_message_bytes:
             raise RecordTooLargeError(
                 f"batch of {len(data)} bytes exceeds max.message.bytes={self.config.max_message_bytes} of {self.tp}"
@@ -206,7 +212,7 @@ class Partition:
             base = active.next_offset
             if self._should_roll(active, header, len(data), base):
                 active = self._roll(base)
-            active.append(header, data, base)
+            active.append(header, data, base, crc_checked=crc_checked)
             self._unflushed_records += header.last_offset_delta + 1
             if self.config.flush_messages and self._unflushed_records >= self.config.flush_messages:
                 self._flush_locked()
@@ -311,6 +317,30 @@ class Partition:
                 return data
         return b""
 
+    def read_range(
+        self, offset: int, max_bytes: int = DEFAULT_MAX_READ_BYTES, *, max_offset: int | None = None
+    ) -> bytes | FileRange:
+        """What ``read`` returns, or a ``FileRange`` naming the same bytes in a segment file
+        when they were verified already (see ``Segment.read_range``), for ``sendfile``."""
+        segments, bases = self._view
+        hw = segments[-1].next_offset
+        start = segments[0].base_offset
+        if offset < start or offset > hw:
+            raise OffsetOutOfRangeError(offset, start, hw)
+        limit = hw if max_offset is None else min(max_offset, hw)
+        if offset >= limit:
+            return b""
+        i = max(0, bisect.bisect_right(bases, offset) - 1)
+        for seg in segments[i:]:
+            data = seg.read_range(offset, max_bytes)
+            if data:
+                if isinstance(data, FileRange):
+                    return _cap_range_at(data, limit)
+                if max_offset is not None:
+                    data = _cap_at(data, limit)
+                return data
+        return b""
+
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= ``timestamp``."""
         for seg in self._segments:
@@ -394,6 +424,21 @@ def _cap_at(data: bytes, limit: int) -> bytes:
             break
         end = pos + header.size
     return data[:end]
+
+
+def _cap_range_at(data: FileRange, limit: int) -> bytes | FileRange:
+    """The batches of ``data`` that start below ``limit`` (whole batches; b"" when none).
+
+    Batches appended after the high watermark was read are cut too, as ``_cap_at`` does.
+    """
+    end = 0
+    for pos, header in data.headers():
+        if header.base_offset >= limit:
+            break
+        end = pos + header.size
+    if end == data.size:
+        return data
+    return FileRange(data.segment, data.position, end) if end else b""
 
 
 def _index_bases(directory: Path) -> list[int]:

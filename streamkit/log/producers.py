@@ -266,10 +266,15 @@ class ProducerStates:
                 lock = self._locks[tp] = threading.Lock()
             return lock
 
-    def append(self, partition: Partition, header: BatchHeader, data: bytes) -> AppendResult:
-        """Check ``header`` against the producer's state, then append (or not, for a retry)."""
+    def append(
+        self, partition: Partition, header: BatchHeader, data: bytes | memoryview, *, crc_checked: bool = False
+    ) -> AppendResult:
+        """Check ``header`` against the producer's state, then append (or not, for a retry).
+
+        ``crc_checked`` is passed on to ``Partition.append_checked``.
+        """
         if header.producer_id < 0:
-            result = partition.append_checked(header, data)
+            result = partition.append_checked(header, data, crc_checked=crc_checked)
             state = self._states.get(partition.tp)
             if state is not None:
                 state.end_offset = result.last_offset + 1
@@ -279,7 +284,7 @@ class ProducerStates:
             duplicate = state.check(header, partition.log_start_offset)
             if duplicate is not None:
                 return duplicate
-            result = partition.append_checked(header, data)
+            result = partition.append_checked(header, data, crc_checked=crc_checked)
             state.update(header, result.base_offset, control_type_of(data, header))
             return result
 

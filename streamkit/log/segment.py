@@ -9,6 +9,13 @@ The ``.log`` file is a plain concatenation of record batches exactly as they wer
   rolled it is flushed and never changes again, except by the compactor's atomic swap;
 * every batch served by ``read`` has passed its CRC check: a damaged byte on disk raises
   ``CorruptRecordError``, it is never returned;
+* ``read_range`` may instead name a file range to be sent as it is (``FileRange``, for
+  ``sendfile``), but only inside the segment's *verified ranges*: bytes this process has
+  CRC-checked already, because it appended them after checking them, recovery scanned them,
+  or an earlier ``read`` checked them. Anything else goes through ``read`` and, once checked,
+  joins the verified ranges. A byte that is never checked in this process is never sent;
+  what is not rechecked is a verified byte that changes under the page cache afterwards,
+  which is what Kafka (that never checks on fetch) accepts for every byte;
 * a read never silently skips data: a break in the batch structure (length, magic, base
   offsets out of order) raises ``CorruptRecordError`` too; an index entry that does not name
   the batch it points at is distrusted (lookups scan from the start; the next open rebuilds).
@@ -27,7 +34,9 @@ batches the open does not walk. As in Kafka, a clean shutdown is trusted.
 
 from __future__ import annotations
 
+import bisect
 import os
+import threading
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -77,6 +86,72 @@ class RecoveryReport:
         return f"{self.path}: rebuilt indexes ({self.reason})"
 
 
+class VerifiedRanges:
+    """Disjoint, sorted byte ranges [start, end) of a segment whose batches passed a CRC check.
+
+    Adjacent ranges merge, so a partition appended to and read in order keeps one range. The
+    ranges are replaced, never mutated, under a lock: readers look them up without one.
+    """
+
+    def __init__(self) -> None:
+        self._ranges: tuple[list[int], list[int]] = ([], [])  # (starts, ends), swapped whole
+        self._lock = threading.Lock()
+
+    def covers(self, start: int, end: int) -> bool:
+        starts, ends = self._ranges
+        i = bisect.bisect_right(starts, start) - 1
+        return i >= 0 and ends[i] >= end
+
+    def add(self, start: int, end: int) -> None:
+        if end <= start:
+            return
+        with self._lock:
+            starts, ends = (list(r) for r in self._ranges)
+            i = bisect.bisect_left(ends, start)  # first range that ends at or after ``start``
+            j = bisect.bisect_right(starts, end)  # ranges before j start at or before ``end``
+            if i < j:
+                start = min(start, starts[i])
+                end = max(end, ends[j - 1])
+            starts[i:j] = [start]
+            ends[i:j] = [end]
+            self._ranges = (starts, ends)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._ranges = ([], [])
+
+    def as_list(self) -> list[tuple[int, int]]:
+        return list(zip(*self._ranges, strict=True))
+
+
+@dataclass(frozen=True, slots=True)
+class FileRange:
+    """Whole batches at [position, position + size) of a segment's ``.log``, already verified.
+
+    Holding it keeps the segment (and so its open descriptor) alive: the bytes stay readable
+    even if retention or the compactor removes the file meanwhile.
+    """
+
+    segment: Segment
+    position: int
+    size: int
+
+    def __len__(self) -> int:
+        return self.size
+
+    def fileno(self) -> int:
+        return self.segment.fileno()
+
+    def read(self) -> bytes:
+        """The bytes themselves (for a transport that cannot send from a file)."""
+        return self.segment.read_batch_at(self.position, self.size)
+
+    def headers(self) -> Iterator[tuple[int, BatchHeader]]:
+        """(position within the range, header) of each batch, reading headers only."""
+        for pos, header in self.segment._walk(self.position, self.position + self.size):
+            yield pos - self.position, header
+
+
 class Segment:
     """A segment of one partition. Not thread-safe for writers; readers may run alongside."""
 
@@ -99,6 +174,7 @@ class Segment:
         self._fd = -1
         self._dirty = False
         self._index_suspect = False
+        self.verified = VerifiedRanges()
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -243,6 +319,8 @@ class Segment:
         self.first_batch_timestamp = -1
         self._bytes_since_index = 0
         self._index_suspect = False
+        self.verified.clear()
+        verified_from = 0  # where the current run of CRC-checked batches began
         file_size = self.size
         valid_end = 0
         problem = ""
@@ -260,6 +338,8 @@ class Segment:
                     )
                     break
                 kept_corrupt.append(header.base_offset)
+                self.verified.add(verified_from, pos)
+                verified_from = pos + header.size
                 self.next_offset = header.base_offset + 1
                 self._bytes_since_index += header.size
                 valid_end = pos + header.size
@@ -285,6 +365,7 @@ class Segment:
                 break
             self._index_batch(header, pos)
             valid_end = pos + header.size
+        self.verified.add(verified_from, valid_end)
         if valid_end < file_size and not problem:
             problem = "torn batch at the end of the log"
         if kept_corrupt:
@@ -368,10 +449,14 @@ class Segment:
 
     # -- appending -------------------------------------------------------------------------
 
-    def append(self, header: BatchHeader, data: bytes | memoryview, base_offset: int) -> int:
+    def append(
+        self, header: BatchHeader, data: bytes | memoryview, base_offset: int, *, crc_checked: bool = False
+    ) -> int:
         """Append one checked batch, writing ``base_offset`` into its first 8 bytes.
 
-        ``header`` is the batch's header as parsed before stamping. Returns the position.
+        ``header`` is the batch's header as parsed before stamping. ``crc_checked`` says the
+        caller verified the batch's CRC on exactly these bytes: they join the verified ranges.
+        Returns the position.
         """
         position = self.size
         stamp = base_offset.to_bytes(8, "big", signed=True)
@@ -391,6 +476,8 @@ class Segment:
             raise
         stamped_last = base_offset + header.last_offset_delta
         self._dirty = True
+        if crc_checked:
+            self.verified.add(position, position + total)
         self.size = position + total
         self.next_offset = stamped_last + 1
         if self.first_batch_timestamp < 0:
@@ -483,6 +570,31 @@ class Segment:
         if pos < end:
             raise self._corrupt(pos, "batch length does not fit the segment")
 
+    def _plan_read(self, offset: int, max_bytes: int, min_one: bool) -> tuple[int, int, BatchHeader, bool] | None:
+        """(start, length, first header, ends on a batch boundary) of a read, or None.
+
+        ``length`` is 0 when the first batch is over ``max_bytes`` and ``min_one`` is off.
+        """
+        end = self.size
+        found = self.find_position(offset, end)
+        if found is None:
+            return None
+        start, first = found
+        want = min(max_bytes, end - start)
+        on_boundary = start + want == end
+        if want < first.size:
+            if not min_one:
+                return start, 0, first, True
+            want = first.size
+            on_boundary = True
+        elif start + want < end and not self._index_suspect:
+            # End the read on an indexed batch start: no partial last batch to trim and copy.
+            boundary = self.index.boundary_before(start + want)
+            if boundary >= start + first.size:
+                want = boundary - start
+                on_boundary = True
+        return start, want, first, on_boundary
+
     def read(self, offset: int, max_bytes: int, *, min_one: bool = True) -> bytes:
         """Whole batches starting with the one that holds ``offset``, up to ``max_bytes``.
 
@@ -491,21 +603,25 @@ class Segment:
         checked before it is returned: a damaged first batch raises ``CorruptRecordError``;
         a damaged later one ends the data returned, so the next read starting there raises.
         """
-        end = self.size
-        found = self.find_position(offset, end)
-        if found is None:
+        plan = self._plan_read(offset, max_bytes, min_one)
+        if plan is None or not plan[1]:
             return b""
-        start, first = found
-        want = min(max_bytes, end - start)
-        if want < first.size:
-            if not min_one:
-                return b""
-            want = first.size
-        elif start + want < end and not self._index_suspect:
-            # End the read on an indexed batch start: no partial last batch to trim and copy.
-            boundary = self.index.boundary_before(start + want)
-            if boundary >= start + first.size:
-                want = boundary - start
+        return self._checked_read(plan[0], plan[1], plan[2])
+
+    def read_range(self, offset: int, max_bytes: int) -> bytes | FileRange:
+        """What ``read`` returns, as a ``FileRange`` when every byte of it is verified already.
+
+        Otherwise the bytes are read and checked as by ``read`` (and become verified).
+        """
+        plan = self._plan_read(offset, max_bytes, True)
+        if plan is None:
+            return b""
+        start, want, first, on_boundary = plan
+        if on_boundary and not self._index_suspect and self.verified.covers(start, start + want):
+            return FileRange(self, start, want)
+        return self._checked_read(start, want, first)
+
+    def _checked_read(self, start: int, want: int, first: BatchHeader) -> bytes:
         data = os.pread(self._fd, want, start)
         view = memoryview(data)
         pos = 0
@@ -532,6 +648,7 @@ class Segment:
             pos += size
         if pos == 0:
             raise self._corrupt(start, "batch shorter than its length field")
+        self.verified.add(start, start + pos)
         return data if pos == n else data[:pos]
 
     def _corrupt(self, position: int, what: str) -> CorruptRecordError:
@@ -539,6 +656,9 @@ class Segment:
 
     def read_batch_at(self, position: int, size: int) -> bytes:
         return os.pread(self._fd, size, position)
+
+    def fileno(self) -> int:
+        return self._fd
 
     # -- upkeep ----------------------------------------------------------------------------
 

@@ -16,12 +16,15 @@ from aiokafka.protocol.admin import ApiVersionResponse_v0
 from aiokafka.protocol.metadata import MetadataRequest_v5
 from aiokafka.protocol.produce import ProduceRequest_v7
 
-from streamkit.log.server import apis, codec
+from streamkit.log.records import NewRecord, build_batch, check_batch
+from streamkit.log.segment import FileRange, Segment
+from streamkit.log.server import apis, codec, frames
 from streamkit.log.server.errors import MalformedRequestError
 from streamkit.log.server.messages import (
     IMPLEMENTED,
     MESSAGES,
     FetchableTopicResponse,
+    FetchAbortedTransaction,
     FetchPartitionData,
     FetchResponse,
     ProduceRequest,
@@ -122,3 +125,41 @@ def test_unreadable_bodies_raise_malformed_request() -> None:
     frame = struct.pack(">hhih", 3, 5, 1, -1) + struct.pack(">i", 3) + b"\x00"
     with pytest.raises(MalformedRequestError):
         codec.decode_request(frame, codec.peek_header(frame))
+
+
+def _joined(parts: list[frames.Part]) -> bytes:
+    return b"".join(p.read() if isinstance(p, FileRange) else bytes(p) for p in parts)
+
+
+@pytest.mark.parametrize("version", range(4, 12))
+def test_hand_written_fetch_response_is_byte_for_byte_kio(version: int, tmp_path: Path) -> None:
+    """frames.encode_fetch_response (bytes and file ranges) against kio, at every version."""
+    big = build_batch([NewRecord(None, b"v" * 1000, 1) for _ in range(100)])  # over 64 KiB
+    seg = Segment.create(tmp_path, 0, 4096)
+    seg.append(check_batch(big), big, 0, crc_checked=True)
+    file_range = seg.read_range(0, 1 << 20)
+    assert isinstance(file_range, FileRange)
+    stored = file_range.read()
+    records: list[frames.Records] = [b"", b"\x01" * 70, file_range, big, b""]
+    kio_records = [b"", b"\x01" * 70, stored, big, b""]
+    partitions = [
+        FetchPartitionData(partition_index=i, error_code=3 if i == 4 else 0, high_watermark=10 + i,
+                           last_stable_offset=9, log_start_offset=i, preferred_read_replica=-1,
+                           aborted_transactions=None if i % 2 else [FetchAbortedTransaction(producer_id=7, first_offset=3)])
+        for i in range(5)
+    ]
+    topics = [("first", partitions[:2]), ("second", partitions[2:])]
+    answer = frames.FetchAnswer(
+        FetchResponse(throttle_time_ms=5, session_id=0,
+                      responses=[FetchableTopicResponse(topic=t, partitions=ps) for t, ps in topics]),
+        records,
+    )
+    header = codec.RequestHeader(1, version, 77, None)
+    parts = frames.encode_fetch_response(header, answer)
+    assert any(isinstance(p, FileRange) for p in parts)  # the file range is not copied in
+    with_records = FetchResponse(throttle_time_ms=5, session_id=0, responses=[
+        FetchableTopicResponse(topic=t, partitions=[dataclasses.replace(p, records=kio_records[p.partition_index])
+                                                    for p in ps])
+        for t, ps in topics
+    ])
+    assert _joined(parts) == codec.encode_response(header, with_records)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import tempfile
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from streamkit.log.records import (
     decode_batches,
     iter_batches,
 )
-from streamkit.log.segment import Segment, segment_name
+from streamkit.log.segment import FileRange, Segment, VerifiedRanges, segment_name
 
 BASE = 100
 
@@ -335,3 +336,106 @@ def test_a_failed_write_leaves_no_partial_batch(tmp_path: Path, monkeypatch: pyt
     seg.seal()
     again, report = Segment.open(tmp_path, BASE, 0, recover=True)
     assert report is None and again.next_offset == BASE + 8
+
+
+# -- verified ranges and file-range reads (the broker's sendfile path) ----------------------
+
+
+def range_bytes(got: bytes | FileRange) -> bytes:
+    return got.read() if isinstance(got, FileRange) else got
+
+
+def test_verified_ranges_merge_and_cover() -> None:
+    ranges = VerifiedRanges()
+    ranges.add(100, 200)
+    ranges.add(300, 400)
+    assert ranges.as_list() == [(100, 200), (300, 400)]
+    assert ranges.covers(120, 200) and not ranges.covers(150, 250) and not ranges.covers(0, 10)
+    ranges.add(200, 300)  # touching both neighbours: one range
+    assert ranges.as_list() == [(100, 400)]
+    ranges.add(0, 50)
+    ranges.add(40, 120)
+    assert ranges.as_list() == [(0, 400)]
+    ranges.add(500, 500)  # empty: nothing
+    assert ranges.as_list() == [(0, 400)] and ranges.covers(0, 400)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 60), st.integers(0, 20)), max_size=12),
+    st.integers(0, 80),
+    st.integers(1, 20),
+)
+def test_verified_ranges_cover_exactly_what_was_added(
+    adds: list[tuple[int, int]], start: int, length: int
+) -> None:
+    ranges = VerifiedRanges()
+    added: set[int] = set()
+    for at, n in adds:
+        ranges.add(at, at + n)
+        added.update(range(at, at + n))
+    assert ranges.covers(start, start + length) == added.issuperset(range(start, start + length))
+    listed = ranges.as_list()
+    assert all(a < b for a, b in listed) and all(b1 < a2 for (_, b1), (a2, _) in itertools.pairwise(listed))
+
+
+def test_crc_checked_appends_are_read_as_file_ranges_with_the_same_bytes(tmp_path: Path) -> None:
+    seg = Segment.create(tmp_path, BASE, 4096)
+    for i in range(6):
+        data = batch(50, tag=i)
+        seg.append(check_batch(data), data, seg.next_offset, crc_checked=True)
+    for offset, max_bytes in ((BASE, 10**6), (BASE + 120, 3000), (BASE + 299, 1), (BASE + 60, 10**6)):
+        got = seg.read_range(offset, max_bytes)
+        assert isinstance(got, FileRange)
+        assert got.read() == seg.read(offset, max_bytes)
+        assert [h for _p, h in got.headers()] == [h for _p, h in iter_batches(got.read())]
+
+
+def test_unchecked_bytes_are_read_and_checked_first_then_served_as_ranges(tmp_path: Path) -> None:
+    seg, _ = fill(tmp_path, [40, 40, 40, 40], interval=1)
+    seg.close()
+    reopened, report = Segment.open(tmp_path, BASE, 1, recover=False)
+    assert report is None  # a trusting open checks no CRC, so nothing is verified yet
+    assert reopened.verified.as_list() == []
+    second = reopened.read_range(BASE + 40, 10**6)  # from the second batch on
+    assert isinstance(second, bytes) and offsets_in(second)[0] == BASE + 40
+    again = reopened.read_range(BASE + 40, 10**6)
+    assert isinstance(again, FileRange) and again.read() == second
+    first = reopened.read_range(BASE, 10**6)  # the first batch is still unchecked
+    assert isinstance(first, bytes) and offsets_in(first)[0] == BASE
+    assert reopened.verified.as_list() == [(0, reopened.size)]
+
+
+def test_a_corrupt_byte_on_disk_is_never_served_as_a_file_range(tmp_path: Path) -> None:
+    seg, ranges = fill(tmp_path, [30, 30, 30], interval=1)
+    seg.seal()
+    positions = [pos for pos, _h in iter_batches(seg.read(BASE, 10**6))]
+    # Flip a value byte inside the second batch (covered by its CRC) behind the segment's back.
+    with open(seg.log_path, "r+b") as f:
+        f.seek(positions[1] + 100)
+        byte = f.read(1)
+        f.seek(positions[1] + 100)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    reopened, _ = Segment.open(tmp_path, BASE, 1, recover=False)
+    with pytest.raises(CorruptRecordError):
+        reopened.read_range(ranges[1][0], 10**6)
+    with pytest.raises(CorruptRecordError):
+        reopened.read_range(ranges[1][0], 10**6)  # still refused: a failed check verifies nothing
+    head = reopened.read_range(BASE, 10**6)
+    assert isinstance(head, bytes) and offsets_in(head) == list(range(BASE, ranges[0][1] + 1))
+    assert not reopened.verified.covers(positions[1], positions[2])
+    # A recovery scan (closed segment: the damaged batch is kept) verifies all but that batch.
+    recovered, report = Segment.open(tmp_path, BASE, 1, recover=True, closed=True)
+    assert report is not None
+    assert recovered.verified.as_list() == [(0, positions[1]), (positions[2], recovered.size)]
+    assert isinstance(recovered.read_range(ranges[2][0], 10**6), FileRange)
+    with pytest.raises(CorruptRecordError):
+        recovered.read_range(ranges[1][0], 10**6)
+
+
+def test_appends_without_a_crc_check_are_not_verified(tmp_path: Path) -> None:
+    seg = Segment.create(tmp_path, BASE, 4096)
+    data = batch(10)
+    seg.append(check_batch(data, verify_crc=False), data, BASE)
+    assert seg.verified.as_list() == []
+    assert isinstance(seg.read_range(BASE, 10**6), bytes)

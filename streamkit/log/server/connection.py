@@ -6,6 +6,9 @@ Invariants:
   handled at a time, while the reader task reads ahead at most ``max_in_flight`` frames;
   answers to a burst of queued requests are written together, and never held back once the
   queue is empty (a client waiting for an answer always gets it);
+* a response is a list of parts (``frames.py``): bytes are written, a ``FileRange`` of
+  verified segment bytes goes out with ``loop.sendfile`` (``sendfile(2)`` where the
+  transport allows it) once everything before it is written, so the order holds;
 * a frame whose size is negative, too small for a header or above ``max_frame_bytes``,
   an unreadable request, an API we do not serve or a failing handler closes *this*
   connection after the responses already due; nothing a client sends reaches past its
@@ -19,14 +22,17 @@ import contextlib
 import logging
 import struct
 
+from streamkit.log.segment import FileRange
 from streamkit.log.server.dispatch import Dispatcher
 from streamkit.log.server.errors import ServerError
+from streamkit.log.server.frames import Part
 
 logger = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
 _MIN_FRAME = 8  # api key, api version, correlation id
 _COALESCE_BYTES = 64 * 1024
+_JOIN_BYTES = 64 * 1024  # smaller byte parts are joined into one write; larger ones go alone
 
 
 async def serve_connection(
@@ -85,13 +91,13 @@ async def _answer(
     client_host = peer[0] if isinstance(peer, tuple) and peer else ""
     # Responses wait here while more requests are already queued, then leave in one write:
     # a pipelining client costs one send per burst instead of one per response.
-    ready: list[bytes] = []
+    ready: list[Part] = []
     ready_bytes = 0
     try:
         while True:
             if ready and (queue.empty() or ready_bytes >= _COALESCE_BYTES):
-                writer.write(ready[0] if len(ready) == 1 else b"".join(ready))
-                ready.clear()
+                await _send(writer, ready)
+                ready = []
                 ready_bytes = 0
                 await writer.drain()
             frame = await queue.get()
@@ -107,8 +113,41 @@ async def _answer(
                 logger.exception("closing connection %s: request failed", peer)
                 return
             if response is not None:
-                ready.append(response)
-                ready_bytes += len(response)
+                ready += response
+                ready_bytes += sum(len(part) for part in response)
     finally:
         if ready:  # answers due before the end (or the bad request) still go out
-            writer.write(b"".join(ready))  # no drain: closing the writer flushes it
+            # No await here (this may run on cancellation): file ranges are read instead.
+            writer.write(b"".join(p.read() if isinstance(p, FileRange) else p for p in ready))
+            # no drain: closing the writer flushes it
+
+
+async def _send(writer: asyncio.StreamWriter, parts: list[Part]) -> None:
+    """Write ``parts`` in order: small byte parts joined, file ranges by ``loop.sendfile``."""
+    small: list[bytes | bytearray] = []
+    for part in parts:
+        if isinstance(part, FileRange):
+            if small:
+                writer.write(small[0] if len(small) == 1 else b"".join(small))
+                small = []
+            await _sendfile(writer, part)
+        elif len(part) >= _JOIN_BYTES:
+            if small:
+                writer.write(small[0] if len(small) == 1 else b"".join(small))
+                small = []
+            writer.write(part)
+        else:
+            small.append(part)
+    if small:
+        writer.write(small[0] if len(small) == 1 else b"".join(small))
+
+
+async def _sendfile(writer: asyncio.StreamWriter, part: FileRange) -> None:
+    loop = asyncio.get_running_loop()
+    # A file object over the segment's descriptor, which ``part`` keeps open; sendfile moves
+    # this object's position only, never the segment's (appends use O_APPEND, reads pread).
+    with open(part.fileno(), "rb", buffering=0, closefd=False) as file:
+        sent = await loop.sendfile(writer.transport, file, part.position, part.size)
+    if sent != part.size:
+        # The frame's length is already out: a short file cannot be patched, only cut off.
+        raise ConnectionError(f"sent {sent} of {part.size} bytes of {part.segment.log_path}")

@@ -21,6 +21,7 @@ from streamkit.log.server.codec import (
     peek_header,
 )
 from streamkit.log.server.errors import UnsupportedRequestError
+from streamkit.log.server.frames import FetchAnswer, Part, encode_fetch_response
 from streamkit.log.server.state import BrokerState
 
 Handler = Callable[[BrokerState, RequestHeader, Any], Awaitable[object | None]]
@@ -56,15 +57,16 @@ class Dispatcher:
         self.state = state
         self.handlers = dict(HANDLERS if handlers is None else handlers)
 
-    async def handle(self, frame: bytes, client_host: str = "") -> bytes | None:
-        """The response frame for one request frame, or None when none is due."""
+    async def handle(self, frame: bytes, client_host: str = "") -> list[Part] | None:
+        """The response frame for one request frame as parts to send in order (see
+        ``frames.py``), or None when none is due."""
         header = peek_header(frame, client_host)
         table = self.state.api_table
         if header.api_key == apis.API_VERSIONS and not (
             table[apis.API_VERSIONS][0] <= header.api_version <= table[apis.API_VERSIONS][1]
         ):
             entries = [(key, lo, hi) for key, (lo, hi) in table.items()]
-            return encode_api_versions_error(header.correlation_id, entries)
+            return [encode_api_versions_error(header.correlation_id, entries)]
         advertised = table.get(header.api_key)
         handler = self.handlers.get(header.api_key)
         if (
@@ -80,4 +82,6 @@ class Dispatcher:
         response = await handler(self.state, header, request)
         if response is None:
             return None
-        return encode_response(header, response)
+        if isinstance(response, FetchAnswer):
+            return encode_fetch_response(header, response)
+        return [encode_response(header, response)]

@@ -1,6 +1,8 @@
 """Fetch (v4-v11) and ListOffsets (v1-v3).
 
-Fetch serves whole batches straight from segment bytes (``Partition.read``): the batch
+Fetch serves whole batches straight from segment bytes (``Partition.read_range``: a file
+range sent by ``sendfile`` when its bytes were CRC-checked before, else bytes read and
+checked now, see ``segment.py``): the batch
 holding the fetch offset comes first, whole, even if it starts before the offset or is
 larger than the byte limits (KIP-74), so a consumer always makes progress. Every requested
 partition is in the response, with empty records when there is nothing to send, because
@@ -27,8 +29,10 @@ from streamkit.log.errors import OffsetOutOfRangeError, UnknownTopicError
 from streamkit.log.manager import INTERNAL_TOPICS
 from streamkit.log.partition import Partition
 from streamkit.log.records import iter_batches
+from streamkit.log.segment import FileRange
 from streamkit.log.server.codec import RequestHeader
 from streamkit.log.server.error_codes import ErrorCode
+from streamkit.log.server.frames import FetchAnswer, Records
 from streamkit.log.server.messages import (
     FetchableTopicResponse,
     FetchAbortedTransaction,
@@ -48,7 +52,7 @@ EARLIEST = -2
 _MAX_WAIT_MS = 30_000
 
 
-async def fetch(state: BrokerState, header: RequestHeader, request: FetchRequest) -> FetchResponse:
+async def fetch(state: BrokerState, header: RequestHeader, request: FetchRequest) -> FetchAnswer:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + min(max(request.max_wait_ms, 0), _MAX_WAIT_MS) / 1000
     tps = [TopicPartition(t.topic, p.partition) for t in request.topics for p in t.partitions]
@@ -84,12 +88,13 @@ async def _load_transaction_state(state: BrokerState, tps: list[TopicPartition])
             await state.run_blocking(state.producers.load, partition)
 
 
-def _collect(state: BrokerState, request: FetchRequest) -> tuple[FetchResponse, int, bool]:
-    """Read every requested partition now: (response, bytes of records, any partition failed)."""
+def _collect(state: BrokerState, request: FetchRequest) -> tuple[FetchAnswer, int, bool]:
+    """Read every requested partition now: (answer, bytes of records, any partition failed)."""
     budget = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
     total = 0
     failed = False
     topics = []
+    records: list[Records] = []
     for topic in request.topics:
         parts = []
         for wanted in topic.partitions:
@@ -98,7 +103,7 @@ def _collect(state: BrokerState, request: FetchRequest) -> tuple[FetchResponse, 
             max_bytes = wanted.partition_max_bytes
             if total:
                 max_bytes = min(max_bytes, budget - total)
-            data = _read_partition(
+            data, data_records = _read_partition(
                 state,
                 topic.topic,
                 wanted.partition,
@@ -109,10 +114,11 @@ def _collect(state: BrokerState, request: FetchRequest) -> tuple[FetchResponse, 
             )
             if data.error_code:
                 failed = True
-            total += len(data.records or b"")
+            total += len(data_records)
             parts.append(data)
+            records.append(data_records)
         topics.append(FetchableTopicResponse(topic=topic.topic, partitions=parts))
-    return FetchResponse(responses=topics, session_id=0), total, failed
+    return FetchAnswer(FetchResponse(responses=topics, session_id=0), records), total, failed
 
 
 def _read_partition(
@@ -124,7 +130,8 @@ def _read_partition(
     isolation_level: int,
     *,
     skip: bool,
-) -> FetchPartitionData:
+) -> tuple[FetchPartitionData, Records]:
+    """The partition's answer (its ``records`` field unused) and the records it sends."""
     try:
         if topic in INTERNAL_TOPICS:
             raise UnknownTopicError(topic)
@@ -136,16 +143,17 @@ def _read_partition(
             high_watermark=-1,
             last_stable_offset=-1,
             log_start_offset=-1,
-            records=b"",
-        )
+        ), b""
     hw = partition.high_watermark
     lso = last_stable_offset(state, partition)
     committed = isolation_level == READ_COMMITTED
-    records = b""
+    records: Records = b""
     error = ErrorCode.NONE
     if not skip:
         try:
-            records = partition.read(
+            # Verified bytes come back as a file range and go out by sendfile, unchecked
+            # again; anything else is read and CRC-checked now (Segment.read_range).
+            records = partition.read_range(
                 offset, max(max_bytes, 1), max_offset=lso if committed else None
             )
         except OffsetOutOfRangeError:
@@ -160,8 +168,7 @@ def _read_partition(
         last_stable_offset=lso,
         log_start_offset=partition.log_start_offset,
         aborted_transactions=aborted,
-        records=records,
-    )
+    ), records
 
 
 def last_stable_offset(state: BrokerState, partition: Partition) -> int:
@@ -174,13 +181,14 @@ def last_stable_offset(state: BrokerState, partition: Partition) -> int:
 
 
 def _aborted(
-    state: BrokerState, partition: Partition, offset: int, records: bytes
+    state: BrokerState, partition: Partition, offset: int, records: Records
 ) -> list[FetchAbortedTransaction]:
     producers = state.producers.peek(partition.tp)
     if producers is None or not producers.aborted or not records:
         return []
     end = offset
-    for _pos, batch in iter_batches(records):
+    batches = records.headers() if isinstance(records, FileRange) else iter_batches(records)
+    for _pos, batch in batches:
         end = batch.next_offset
     return [
         FetchAbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)

@@ -13,6 +13,8 @@ appends are page-cache writes and run inline.
 
 from __future__ import annotations
 
+import functools
+
 from streamkit.log.errors import InvalidRecordError, LogError, UnknownTopicError
 from streamkit.log.manager import INTERNAL_TOPICS
 from streamkit.log.partition import AppendResult
@@ -112,10 +114,10 @@ async def _produce_partition(
     try:
         if partition.config.flush_messages:
             result: AppendResult = await state.run_blocking(
-                state.producers.append, partition, batch, records
+                functools.partial(state.producers.append, partition, batch, records, crc_checked=True)
             )
         else:
-            result = state.producers.append(partition, batch, records)
+            result = state.producers.append(partition, batch, records, crc_checked=True)
     except ProducerStateError as exc:
         return _error(index, _producer_error_code(exc), str(exc))
     except LogError as exc:
