@@ -55,6 +55,11 @@ class Source(Protocol):
         """The next event; ``None`` when ``timeout`` passes first. Raises ``StreamEnd``."""
         ...
 
+    def get_nowait(self) -> Event | None:
+        """The next event if it is ready at once, else ``None`` (then ``get`` is awaited).
+        Raises ``StreamEnd``. The per-record fast path: no coroutine."""
+        ...
+
     def ack(self) -> None:
         """Everything this source handed out so far has been processed."""
         ...
@@ -70,6 +75,7 @@ class Source(Protocol):
 
 
 Getter = Callable[[float | None], Awaitable[Event | None]]
+NowaitGetter = Callable[[], Event | None]
 
 
 def _key_function(key: Any, name: str | None) -> tuple[KeyFn, str]:
@@ -96,9 +102,12 @@ class Stream:
     ``stream.events()`` whole ``Event``s with offset, timestamp and headers.
     """
 
-    def __init__(self, source: Source, getter: Getter | None = None) -> None:
+    def __init__(self, source: Source, getter: Getter | None = None, nowait: NowaitGetter | None = None) -> None:
         self._source = source
         self._get: Getter = getter or source.get
+        # A synchronous way to the next event when one is ready: the source's own, or one an
+        # operator with a plain (not async) function built on it; None forces the awaited path.
+        self._nowait: NowaitGetter | None = nowait if getter is not None else source.get_nowait
 
     # -- iteration -------------------------------------------------------------------------
 
@@ -108,6 +117,10 @@ class Stream:
     async def __anext__(self) -> Any:
         self._source.ack()
         try:
+            if self._nowait is not None:
+                event = self._nowait()
+                if event is not None:
+                    return event.value
             event = await self._get(None)
         except StreamEnd:
             raise StopAsyncIteration from None
@@ -159,8 +172,8 @@ class Stream:
 
     # -- operators -------------------------------------------------------------------------
 
-    def _chain(self, getter: Getter) -> Stream:
-        return Stream(self._source, getter)
+    def _chain(self, getter: Getter, nowait: NowaitGetter | None = None) -> Stream:
+        return Stream(self._source, getter, nowait)
 
     def map(self, fn: Callable[[Any], Any]) -> Stream:
         """Replace each value by ``fn(value)`` (``fn`` may be async)."""
@@ -180,7 +193,17 @@ class Stream:
                 event.value = fn(event.value)
             return event
 
-        return self._chain(get)
+        up_nowait = self._nowait
+        if up_nowait is None:
+            return self._chain(get)
+
+        def get_nowait() -> Event | None:
+            event = up_nowait()
+            if event is not None:
+                event.value = fn(event.value)
+            return event
+
+        return self._chain(get, get_nowait)
 
     def filter(self, fn: Callable[[Any], Any]) -> Stream:
         """Keep the values for which ``fn(value)`` is true (``fn`` may be async)."""
@@ -201,7 +224,18 @@ class Stream:
                     return event
                 release(event)
 
-        return self._chain(get)
+        up_nowait = self._nowait
+        if is_async or up_nowait is None:
+            return self._chain(get)
+
+        def get_nowait() -> Event | None:
+            while True:
+                event = up_nowait()
+                if event is None or fn(event.value):
+                    return event
+                release(event)
+
+        return self._chain(get, get_nowait)
 
     def echo(self, *topics: Topic) -> Stream:
         """Also send every value (with its key) to ``topics``."""
@@ -247,6 +281,10 @@ class _Projected(Generic[T]):
         stream = self._stream
         stream._source.ack()
         try:
+            if stream._nowait is not None:
+                event = stream._nowait()
+                if event is not None:
+                    return self._project(event)
             event = await stream._get(None)
         except StreamEnd:
             raise StopAsyncIteration from None

@@ -5,21 +5,25 @@ agent, in offset order. A ``RootSource`` is the bottom of one instance's operato
 takes records from its inboxes, decodes them and remembers which it handed out and the agent
 has not finished (``pending``).
 
+A root source takes records from an inbox a chunk at a time (a slice of a fetched batch)
+and hands them to the agent one by one from there: the per-record path touches neither the
+inbox nor the event loop. Records of a chunk not yet handed out count as pending too.
+
 Commit position of an inbox: the smallest offset still pending in any of its readers, or,
-when none is, the offset after the last record handed out. Everything below it was
-processed; the worker commits it once the producer has acknowledged what that processing
-sent.
+when none is, the offset after the last record taken. Everything below it was processed;
+the worker commits it once the producer has acknowledged what that processing sent.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from streamkit._core.serde import SerdeError
+from streamkit._core.serde import RawSerde, SerdeError
 from streamkit._core.types import TopicPartition
 from streamkit.streams import Event, KeyFn, Source, StreamEnd
 from streamkit.topics import Topic
@@ -28,11 +32,23 @@ from streamkit.transport.base import ConsumerRecord
 if TYPE_CHECKING:
     from streamkit.streams import Stream
 
+# An agent with records waiting runs without suspending; every CHECK_EVERY records its source
+# looks at the clock and lets the event loop turn once it has held it for YIELD_AFTER_S.
+CHECK_EVERY = 256
+YIELD_AFTER_S = 0.01
+# The most records a source takes from an inbox at once (merged inputs alternate per chunk).
+CHUNK = 1000
+
 current_event: ContextVar[Event | None] = ContextVar("streamkit_current_event", default=None)
 
 
 class DecodeError(SerdeError):
     """A record's key or value did not decode; names where the record is."""
+
+
+def _loads(serde: Any) -> Callable[[bytes | None], Any] | None:
+    """The decoder of a serde, or None for raw bytes (no call per record)."""
+    return None if isinstance(serde, RawSerde) else serde.loads
 
 
 class Inbox:
@@ -42,8 +58,8 @@ class Inbox:
         # Looked up once, not per record on the hot path.
         self.topic_name = tp.topic
         self.partition = tp.partition
-        self.key_loads = topic.key_serde.loads
-        self.value_loads = topic.value_serde.loads
+        self.key_loads = _loads(topic.key_serde)
+        self.value_loads = _loads(topic.value_serde)
         self._wakeup = wakeup
         self._batches: deque[Sequence[ConsumerRecord]] = deque()
         self._index = 0
@@ -63,21 +79,27 @@ class Inbox:
         self.size += len(records)
         self._wakeup.set()
 
-    def take(self) -> ConsumerRecord | None:
+    def take_chunk(self, limit: int = CHUNK) -> Sequence[ConsumerRecord]:
+        """Up to ``limit`` next records, in offset order (empty when there are none)."""
         batches = self._batches
         while batches:
             head = batches[0]
-            if self._index < len(head):
-                record = head[self._index]
-                self._index += 1
-                self.size -= 1
-                self.handed_next = record.offset + 1
+            start = self._index
+            if start < len(head):
+                if start == 0 and len(head) <= limit:
+                    chunk = head
+                    batches.popleft()
+                else:
+                    chunk = head[start : start + limit]
+                    self._index = start + len(chunk)
+                self.size -= len(chunk)
+                self.handed_next = chunk[-1].offset + 1
                 if self.paused and self.size < self.high_water // 2 and self.on_low is not None:
                     self.on_low(self.tp)
-                return record
+                return chunk
             batches.popleft()
             self._index = 0
-        return None
+        return ()
 
     def commit_position(self) -> int | None:
         if self.handed_next is None:
@@ -92,6 +114,7 @@ class Inbox:
 
 ThroughOpener = Callable[["Stream", Topic | None, KeyFn | None, str], Source]
 DeadLetter = Callable[[TopicPartition, ConsumerRecord, BaseException], Awaitable[None]]
+_NO_RECORDS: Sequence[ConsumerRecord] = ()
 
 
 class RootSource:
@@ -101,17 +124,22 @@ class RootSource:
         self,
         inboxes: Sequence[Inbox],
         wakeup: asyncio.Event,
-        is_stopping: Callable[[], bool],
         dead_letter: DeadLetter,
         open_through: ThroughOpener,
     ) -> None:
         self._inboxes = list(inboxes)
         self._wakeup = wakeup
-        self._is_stopping = is_stopping
         self._dead_letter = dead_letter
         self._open_through = open_through
+        self.stopping = False  # set by the partition task: the next read raises StreamEnd
         self._pending: list[tuple[Inbox, ConsumerRecord]] = []
         self._next = 0
+        self._chunk = _NO_RECORDS
+        self._chunk_at = 0
+        self._chunk_inbox: Inbox | None = None
+        self._undecodable: tuple[Inbox, ConsumerRecord, SerdeError] | None = None
+        self._countdown = CHECK_EVERY
+        self._last_pause = time.monotonic()
         for inbox in self._inboxes:
             inbox.readers.append(self)
 
@@ -124,10 +152,14 @@ class RootSource:
         for inbox, record in self._pending:
             if inbox.tp == tp:
                 return record.offset
+        chunk_inbox = self._chunk_inbox
+        if chunk_inbox is not None and chunk_inbox.tp == tp and self._chunk_at < len(self._chunk):
+            return self._chunk[self._chunk_at].offset
         return None
 
     @property
     def pending(self) -> list[tuple[Inbox, ConsumerRecord]]:
+        """The records handed out and not finished (what a failure dead-letters)."""
         return list(self._pending)
 
     def ack(self) -> None:
@@ -142,67 +174,102 @@ class RootSource:
                 del pending[i]
                 return
 
-    def _take(self) -> tuple[Inbox, ConsumerRecord] | None:
+    def _refill(self) -> bool:
+        """Take the next chunk, from the inboxes in turn; False when all are empty."""
         inboxes = self._inboxes
         n = len(inboxes)
-        if n == 1:
-            record = inboxes[0].take()
-            return None if record is None else (inboxes[0], record)
         for i in range(n):
             inbox = inboxes[(self._next + i) % n]
-            record = inbox.take()
-            if record is not None:
+            chunk = inbox.take_chunk()
+            if chunk:
                 self._next = (self._next + i + 1) % n
-                return inbox, record
-        return None
+                self._chunk = chunk
+                self._chunk_at = 0
+                self._chunk_inbox = inbox
+                return True
+        return False
+
+    def get_nowait(self) -> Event | None:
+        """The next record, decoded, if one is waiting and the agent need not let the event
+        loop turn first; else ``None`` (``get`` then waits, yields or dead-letters)."""
+        if self.stopping:
+            raise StreamEnd
+        self._countdown -= 1
+        if self._countdown <= 0:
+            return None
+        at = self._chunk_at
+        chunk = self._chunk
+        if at >= len(chunk):
+            if not self._refill():
+                return None
+            at = 0
+            chunk = self._chunk
+        record = chunk[at]
+        self._chunk_at = at + 1
+        inbox = self._chunk_inbox
+        assert inbox is not None
+        key_loads = inbox.key_loads
+        value_loads = inbox.value_loads
+        try:
+            key = record.key if key_loads is None else key_loads(record.key)
+            value = record.value if value_loads is None else value_loads(record.value)
+        except SerdeError as exc:
+            self._undecodable = (inbox, record, exc)
+            return None
+        self._pending.append((inbox, record))
+        event = Event(inbox.topic_name, inbox.partition, record.offset, record.timestamp, key, value, record.headers)
+        current_event.set(event)
+        return event
 
     async def get(self, timeout: float | None) -> Event | None:
         deadline: float | None = None
-        single = self._inboxes[0] if len(self._inboxes) == 1 else None
         while True:
-            if self._is_stopping():
-                raise StreamEnd
-            # Fast path: a record is waiting (the usual case under load); no loop, no clear.
-            if single is not None:
-                inbox: Inbox | None = single
-                record = single.take()
-            else:
-                inbox, record = self._take() or (None, None)
-            if record is None:
-                # Clear, then look again: a put after the clear sets the wakeup, so none is lost.
-                self._wakeup.clear()
-                inbox, record = self._take() or (None, None)
-            if record is None or inbox is None:
-                if timeout is None:
-                    await self._wakeup.wait()
-                    continue
-                now = asyncio.get_running_loop().time()
-                if deadline is None:
-                    deadline = now + timeout
-                remaining = deadline - now
-                if remaining <= 0:
-                    return None
-                try:
-                    await asyncio.wait_for(self._wakeup.wait(), remaining)
-                except TimeoutError:
-                    return None
-                continue
-            try:
-                key = inbox.key_loads(record.key)
-                value = inbox.value_loads(record.value)
-            except SerdeError as exc:
+            if self._undecodable is not None:
+                inbox, record, exc = self._undecodable
+                self._undecodable = None
                 error = DecodeError(
                     f"record at {inbox.topic_name}-{inbox.partition} offset {record.offset} "
                     f"does not decode: {exc}"
                 )
                 await self._dead_letter(inbox.tp, record, error)
+            if self._countdown <= 0:
+                await self._pause_if_due()
+            # Fast path: a record is waiting (the usual case under load); no clear, no wait.
+            event = self.get_nowait()
+            if event is not None:
+                return event
+            if self._undecodable is not None or self._countdown <= 0:
                 continue
-            self._pending.append((inbox, record))
-            event = Event(
-                inbox.topic_name, inbox.partition, record.offset, record.timestamp, key, value, record.headers
-            )
-            current_event.set(event)
-            return event
+            # Clear, then look again: a put after the clear sets the wakeup, so none is lost.
+            self._wakeup.clear()
+            event = self.get_nowait()
+            if event is not None:
+                return event
+            if self._undecodable is not None or self._countdown <= 0:
+                continue
+            if timeout is None:
+                await self._wakeup.wait()
+                continue
+            now = asyncio.get_running_loop().time()
+            if deadline is None:
+                deadline = now + timeout
+            remaining = deadline - now
+            if remaining <= 0:
+                return None
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), remaining)
+            except TimeoutError:
+                return None
+
+    async def _pause_if_due(self) -> None:
+        """Let the event loop turn if this source has held it for ``YIELD_AFTER_S``: fetches,
+        producer hand-overs and commits then run while the agent works, not after an
+        inbox-full of records (latency, and overlap with the broker's work)."""
+        self._countdown = CHECK_EVERY
+        now = time.monotonic()
+        if now - self._last_pause >= YIELD_AFTER_S:
+            await asyncio.sleep(0)
+            self._last_pause = time.monotonic()
 
     def through(self, upstream: Stream, topic: Topic | None, key: KeyFn | None, name: str) -> Source:
         return self._open_through(upstream, topic, key, name)

@@ -42,6 +42,9 @@ class _ProbeSource:
     async def get(self, timeout: float | None) -> Event | None:
         raise _ProbeStop
 
+    def get_nowait(self) -> Event | None:
+        return None
+
     def ack(self) -> None:
         return None
 

@@ -49,9 +49,11 @@ class RuntimeSender:
         self._counts: dict[str, int] = {}
         self._key_partitions: dict[int, dict[bytes, int]] = {}  # partition count -> key -> partition
         self._sticky: dict[str, list[int]] = {}
+        self._placed: dict[str, dict[bytes, int]] = {}  # topic -> its key -> partition cache
 
     def known_partitions(self, topic: str, count: int) -> None:
         self._counts[topic] = count
+        self._placed[topic] = self._key_cache(count)
 
     async def send(
         self,
@@ -67,11 +69,9 @@ class RuntimeSender:
         value_bytes = topic.value_serde.dumps(value)
         count = self._counts.get(topic.name)
         if count is None:
-            count = self._counts[topic.name] = await self._partition_count(topic)
-        if partition is None:
-            partition = self._choose(topic.name, key_bytes, count)
-        elif not 0 <= partition < count:
-            raise ConfigError(f"topic {topic.name!r} has no partition {partition} (it has {count})")
+            count = await self._partition_count(topic)
+            self.known_partitions(topic.name, count)
+        partition = self._place(topic.name, key_bytes, count, partition)
         if timestamp_ms is None:
             event = current_event.get()
             timestamp_ms = event.timestamp if event is not None else self._clock.now_ms()
@@ -84,6 +84,33 @@ class RuntimeSender:
             timestamp_ms=timestamp_ms,
         )
 
+    def send_nowait(self, topic: Topic, key: Any, value: Any, timestamp_ms: int) -> Awaitable[None] | None:
+        """``send`` for the engine's per-record path (an agent's yielded values): no coroutine,
+        no acknowledgement (failures reach the commit protocol through ``flush``).
+
+        Returns ``None``, or an awaitable to wait on before sending more: the partition count
+        is not known yet, or the producer applies back-pressure.
+        """
+        name = topic.name
+        placed = self._placed.get(name)
+        if placed is None:
+            return self._send_later(topic, key, value, timestamp_ms)
+        key_bytes = topic.key_serde.dumps(key)
+        partition = placed.get(key_bytes) if key_bytes is not None else None
+        if partition is None:
+            partition = self._choose(name, key_bytes, self._counts[name])
+        return self._producer.send_nowait(name, partition, key_bytes, topic.value_serde.dumps(value), timestamp_ms)
+
+    async def _send_later(self, topic: Topic, key: Any, value: Any, timestamp_ms: int) -> None:
+        await self.send(topic, key=key, value=value, headers=None, timestamp_ms=timestamp_ms, partition=None)
+
+    def _place(self, topic: str, key_bytes: bytes | None, count: int, partition: int | None) -> int:
+        if partition is None:
+            return self._choose(topic, key_bytes, count)
+        if not 0 <= partition < count:
+            raise ConfigError(f"topic {topic!r} has no partition {partition} (it has {count})")
+        return partition
+
     def _choose(self, topic: str, key: bytes | None, count: int) -> int:
         if count == 1:
             return 0
@@ -93,12 +120,16 @@ class RuntimeSender:
                 sticky = self._sticky[topic] = [random.randrange(count), 0]
             sticky[1] += 1
             return sticky[0]
-        cache = self._key_partitions.get(count)
-        if cache is None:
-            cache = self._key_partitions[count] = {}
+        cache = self._key_cache(count)
         found = cache.get(key)
         if found is None:
             if len(cache) >= _KEY_CACHE_LIMIT:
                 cache.clear()
             found = cache[key] = partition_for_key(key, count)
         return found
+
+    def _key_cache(self, count: int) -> dict[bytes, int]:
+        cache = self._key_partitions.get(count)
+        if cache is None:
+            cache = self._key_partitions[count] = {}
+        return cache

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from streamkit._core.types import TopicPartition
@@ -56,9 +56,6 @@ class PartitionTask:
         self.inboxes[tp] = inbox
         return inbox
 
-    def is_stopping(self) -> bool:
-        return self._stopping
-
     def start(self) -> None:
         for i in range(self.agent.concurrency):
             self._spawn(self._supervise(i), f"{self.agent.name}[{self.partition}]#{i}")
@@ -70,8 +67,11 @@ class PartitionTask:
         task.add_done_callback(self._tasks.discard)
 
     async def stop(self) -> None:
-        """Let the instances finish the record in hand (briefly), then cancel them."""
+        """Let the instances finish the record in hand (briefly), then cancel them. Their
+        sources stay attached until ``close``, so commit positions still see what they hold."""
         self._stopping = True
+        for source in self._sources:
+            source.stopping = True
         self.wakeup.set()
         tasks = list(self._tasks)
         if tasks:
@@ -80,6 +80,10 @@ class PartitionTask:
                 task.cancel()
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
+
+    def close(self) -> None:
+        """Forget the sources, after the worker committed what they finished: until then,
+        what they took and did not finish holds the commit positions back."""
         for source in self._sources:
             source.detach()
         self._sources.clear()
@@ -98,10 +102,10 @@ class PartitionTask:
         source = RootSource(
             [self.inboxes[tp] for tp in tps if tp in self.inboxes],
             self.wakeup,
-            self.is_stopping,
             self._dead_letter,
             functools.partial(self._open_through, instance),
         )
+        source.stopping = self._stopping
         self._sources.append(source)
         return source
 
@@ -193,6 +197,8 @@ class PartitionTask:
         if not agent.is_generator:
             await result
             return
-        forward: Callable[[Agent, Any], Awaitable[None]] = self.worker.forward
+        forward = self.worker.forwarder(agent)
         async for value in result:
-            await forward(agent, value)
+            wait = forward(value)
+            if wait is not None:
+                await wait

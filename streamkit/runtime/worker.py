@@ -13,6 +13,7 @@ snapshot. On revocation the same happens for the revoked partitions before they 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -28,6 +29,7 @@ from streamkit.runtime.probe import Hop, discover
 from streamkit.runtime.sender import RuntimeSender
 from streamkit.runtime.tasks import PartitionTask
 from streamkit.runtime.timers import TimerRunner
+from streamkit.streams import Event
 from streamkit.topics import Topic
 from streamkit.transport.base import (
     Consumer,
@@ -40,6 +42,11 @@ from streamkit.transport.base import (
 
 logger = logging.getLogger(__name__)
 FETCH_MAX_RECORDS = 10_000
+
+
+async def _wait_all(waits: list[Awaitable[None]]) -> None:
+    for wait in waits:
+        await wait
 
 
 @dataclass
@@ -70,6 +77,8 @@ class Worker:
         self.tasks: dict[tuple[str, int], PartitionTask] = {}
         self._inboxes: dict[TopicPartition, list[Inbox]] = {}
         self._hops: dict[str, list[Hop]] = {}
+        # Agents whose sinks are all topics: their yielded values take the sender's fast path.
+        self._topic_sinks: dict[str, tuple[Topic, ...]] = {}
         self._hop_topics: dict[tuple[str, str], Topic] = {}
         self._counts: dict[str, int] = {}
         self._producer: Producer | None = None
@@ -105,6 +114,8 @@ class Worker:
         self.app.sender = self._sender
         for agent in self.app.agents.values():
             self._hops[agent.name] = await discover(agent)
+            if all(isinstance(sink, Topic) for sink in agent.sinks):
+                self._topic_sinks[agent.name] = tuple(sink for sink in agent.sinks if isinstance(sink, Topic))
         await self._create_topics()
         inputs = self.input_topics()
         if inputs:
@@ -216,7 +227,11 @@ class Worker:
         if not doomed:
             return
         await asyncio.gather(*(t.stop() for t in doomed))
-        await self.commit(only={tp for t in doomed for tp in t.inboxes})
+        try:
+            await self.commit(only={tp for t in doomed for tp in t.inboxes})
+        finally:
+            for task in doomed:
+                task.close()
         for task in doomed:
             self.tasks.pop((task.agent.name, task.partition), None)
             for tp, inbox in task.inboxes.items():
@@ -305,18 +320,47 @@ class Worker:
 
     # -- outputs ---------------------------------------------------------------------------
 
-    async def forward(self, agent: Agent, value: Any) -> None:
-        """Send a value an agent yielded to each of its sinks (with the current event's key)."""
-        event = current_event.get()
+    def forwarder(self, agent: Agent) -> Callable[[Any], Awaitable[None] | None]:
+        """What sends each value ``agent`` yields to its sinks, with the current event's key
+        and timestamp. It returns ``None`` when that is done without waiting (the usual case:
+        every sink a topic), else an awaitable the caller must await before going on."""
+        sinks = self._topic_sinks.get(agent.name)
+        sender = self._sender
+        app = self.app
+        if sinks is None or sender is None:
+            return functools.partial(self.forward, agent)
+        send = sender.send_nowait
+        get_event = current_event.get
+        if len(sinks) == 1:
+            sink = sinks[0]
+
+            def forward_one(value: Any) -> Awaitable[None] | None:
+                event = get_event()
+                if event is None or app.sender is None:
+                    return self._forward(agent, value, event)
+                return send(sink, event.key, value, event.timestamp)
+
+            return forward_one
+
+        def forward(value: Any) -> Awaitable[None] | None:
+            event = get_event()
+            if event is None or app.sender is None:
+                return self._forward(agent, value, event)
+            waits = [w for sink in sinks if (w := send(sink, event.key, value, event.timestamp)) is not None]
+            return _wait_all(waits) if waits else None
+
+        return forward
+
+    def forward(self, agent: Agent, value: Any) -> Awaitable[None]:
+        """Send one value ``agent`` yielded to its sinks (see ``forwarder``)."""
+        return self._forward(agent, value, current_event.get())
+
+    async def _forward(self, agent: Agent, value: Any, event: Event | None) -> None:
         key = event.key if event is not None else None
         timestamp = event.timestamp if event is not None else None
-        sender = self.app.sender
         for sink in agent.sinks:
-            if isinstance(sink, Topic) and sender is not None:
-                # What Topic.send does, minus a coroutine per record.
-                await sender.send(sink, key=key, value=value, headers=None, timestamp_ms=timestamp, partition=None)
-            elif isinstance(sink, (Topic, Agent)):
-                await sink.send(key=key, value=value)
+            if isinstance(sink, (Topic, Agent)):
+                await sink.send(key=key, value=value, timestamp=timestamp)
             else:
                 result = sink(value)
                 if asyncio.iscoroutine(result):
@@ -407,7 +451,9 @@ class Worker:
                     return False
             hw = self._consumer.highwater(tp)
             position = self._consumer.position(tp)
-            if hw is not None and (position is None or position < hw):
+            if hw is None:
+                return False  # no fetch answered yet: what the log holds is unknown
+            if position is None or position < hw:
                 return False
         return True
 

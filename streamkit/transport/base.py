@@ -105,6 +105,15 @@ class Producer(Protocol):
         """Buffer one record for ``partition``; the result resolves when it is acknowledged."""
         ...
 
+    def send_nowait(
+        self, topic: str, partition: int, key: bytes | None, value: bytes | None, timestamp_ms: int
+    ) -> Awaitable[None] | None:
+        """Buffer one record (no headers) without a coroutine or an acknowledgement object:
+        the engine's per-record path, which learns of failures from ``flush``. Returns
+        ``None``, or an awaitable to wait on before sending more (back-pressure: the
+        partition's backlog is full). The producer must be started."""
+        ...
+
     async def flush(self) -> None:
         """Wait until every record sent so far is acknowledged (raises if one failed)."""
         ...

@@ -175,22 +175,47 @@ class EmbeddedProducer:
         headers: Sequence[Header] = (),
         timestamp_ms: int | None = None,
     ) -> Awaitable[RecordMetadata]:
+        ts = self._client.clock.now_ms() if timestamp_ms is None else timestamp_ms
+        batch, index = self._add(topic, partition, key, value, headers, ts)
+        if index + 1 >= MAX_BATCH_RECORDS:
+            tp = TopicPartition(topic, partition)
+            await self._append(tp, self._buffers.pop(tp))
+        return BatchAck(batch.future, topic, partition, index, ts)
+
+    def send_nowait(
+        self, topic: str, partition: int, key: bytes | None, value: bytes | None, timestamp_ms: int
+    ) -> Awaitable[None] | None:
+        ts = timestamp_ms
+        _batch, index = self._add(topic, partition, key, value, (), ts)
+        if index + 1 < MAX_BATCH_RECORDS:
+            return None
+        tp = TopicPartition(topic, partition)
+        batch = self._buffers.pop(tp)
+        partition_log = self._partition(tp, batch)
+        if partition_log is None:
+            return None
+        if partition_log.config.flush_messages:
+            # fsync per append happens off the loop: the caller waits for it (back-pressure).
+            return self._append(tp, batch)
+        self._append_inline(partition_log, batch)
+        return None
+
+    def _add(
+        self, topic: str, partition: int, key: bytes | None, value: bytes | None,
+        headers: Sequence[Header], ts: int,
+    ) -> tuple[_Batch, int]:
+        """Buffer a record in its partition's batch: (batch, index in it)."""
         # A plain tuple finds the TopicPartition key (equal and same hash) without building one.
         batch = self._buffers.get((topic, partition))  # type: ignore[call-overload]
         if batch is None:
             tp = TopicPartition(topic, partition)
             batch = self._buffers[tp] = _Batch(asyncio.get_running_loop().create_future())
-        ts = self._client.clock.now_ms() if timestamp_ms is None else timestamp_ms
         index = len(batch.records)
         batch.records.append(NewRecord(key, value, ts, headers))
-        ack = BatchAck(batch.future, topic, partition, index, ts)
-        if index + 1 >= MAX_BATCH_RECORDS:
-            tp = TopicPartition(topic, partition)
-            await self._append(tp, self._buffers.pop(tp))
-        elif not self._scheduled:
+        if not self._scheduled:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._flush_soon)
-        return ack
+        return batch, index
 
     def _flush_soon(self) -> None:
         self._scheduled = False

@@ -192,8 +192,26 @@ class KafkaProducer:
     ) -> Awaitable[RecordMetadata]:
         if not self._started:
             await self.start()
-        tp = (topic, partition)
         ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
+        batch, index, backlog = self._add(topic, partition, key, value, headers, ts)
+        if backlog:
+            await self._room((topic, partition))
+        return BatchAck(batch.future, topic, partition, index, ts)
+
+    def send_nowait(
+        self, topic: str, partition: int, key: bytes | None, value: bytes | None, timestamp_ms: int
+    ) -> Awaitable[None] | None:
+        if not self._started:
+            raise TransportError("the producer is not started")
+        _batch, _index, backlog = self._add(topic, partition, key, value, (), timestamp_ms)
+        return self._room((topic, partition)) if backlog else None
+
+    def _add(
+        self, topic: str, partition: int, key: bytes | None, value: bytes | None,
+        headers: Sequence[Header], ts: int,
+    ) -> tuple[_Batch, int, bool]:
+        """Append to the partition's open batch: (batch, index in it, backlog full?)."""
+        tp = (topic, partition)
         hdrs = [(k, v if v is not None else b"") for k, v in headers] if headers else _NO_HEADERS
         batch = self._open.get(tp)
         if batch is None:
@@ -202,25 +220,26 @@ class KafkaProducer:
         if not self._scheduled:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._kick)
+        if appended is not None:
+            return batch, appended.offset, False
+        # Full: queue it for hand-over and start the next one.
+        queue = self._ready.setdefault(tp, deque())
+        queue.append(batch)
+        batch = self._open[tp] = self._new_batch()
+        appended = batch.builder.append(timestamp=ts, key=key, value=value, headers=hdrs)
         if appended is None:
-            # Full: queue it for hand-over and start the next one.
-            queue = self._ready.setdefault(tp, deque())
-            queue.append(batch)
-            batch = self._open[tp] = self._new_batch()
-            appended = batch.builder.append(timestamp=ts, key=key, value=value, headers=hdrs)
-            if appended is None:
-                raise TransportError(f"a record for {topic}-{partition} does not fit in a batch")
-            ack = BatchAck(batch.future, topic, partition, appended.offset, ts)
-            # Wait while the partition has enough queued already: the back-pressure aiokafka's
-            # own send applies. (The record is in its batch; other senders may add more.)
-            while len(queue) >= MAX_QUEUED_BATCHES and self._started:
-                self._kick()
-                waiter = self._taken.get(tp)
-                if waiter is None:
-                    waiter = self._taken[tp] = asyncio.get_running_loop().create_future()
-                await waiter
-            return ack
-        return BatchAck(batch.future, topic, partition, appended.offset, ts)
+            raise TransportError(f"a record for {topic}-{partition} does not fit in a batch")
+        return batch, appended.offset, len(queue) >= MAX_QUEUED_BATCHES
+
+    async def _room(self, tp: tuple[str, int]) -> None:
+        """Wait while the partition has enough queued already: the back-pressure aiokafka's
+        own send applies. (The record is in its batch; other senders may add more.)"""
+        while len(self._ready.get(tp, ())) >= MAX_QUEUED_BATCHES and self._started:
+            self._kick()
+            waiter = self._taken.get(tp)
+            if waiter is None:
+                waiter = self._taken[tp] = asyncio.get_running_loop().create_future()
+            await waiter
 
     def _new_batch(self) -> _Batch:
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
@@ -400,7 +419,20 @@ class KafkaConsumer:
         self._positions[tp] = offset
 
     def position(self, tp: TopicPartition) -> int | None:
-        return self._positions.get(tp)
+        known = self._positions.get(tp)
+        if known is not None:
+            return known
+        # Nothing fetched yet (an empty partition, or one already read to its end): aiokafka
+        # knows the position it reset to or the committed one. Its async ``position()`` may
+        # wait for a reset; this reads the state it keeps, without waiting.
+        try:
+            subscription = self._consumer._subscription.subscription
+            state = subscription.assignment.state_value(KafkaTP(tp.topic, tp.partition))
+        except AttributeError:
+            return None
+        if state is None or not state.has_valid_position:
+            return None
+        return int(state.position)
 
     def highwater(self, tp: TopicPartition) -> int | None:
         hw = self._consumer.highwater(KafkaTP(tp.topic, tp.partition))

@@ -101,6 +101,56 @@ async def test_restart_processes_only_new_records(log_url: str, unique: str) -> 
     assert Counter(out) == Counter(i * i for i in range(150) if i % 3 != 0)
 
 
+async def test_settle_means_processed_even_with_empty_partitions(log_url: str, unique: str) -> None:
+    app, src, dst = pipeline(unique, log_url)
+    async with Worker(app) as worker:  # everything goes to partition 0; 1 and 2 stay empty
+        for i in range(60):
+            await src.send(key=f"k{i}", value=i, partition=0)
+        await settle(worker)
+    # Records waiting before the next worker starts (sent by an app without agents):
+    producer_app = sk.App(f"{unique}-producer", broker=log_url)
+    target = producer_app.topic(src.name, key_type=str, value_type=int, partitions=3)
+    async with Worker(producer_app):
+        for i in range(60, 90):
+            await target.send(key=f"k{i}", value=i, partition=0)
+    # settle() must not be true before they are processed (between the group join and the
+    # first fetch the log's end is unknown), and must become true with partitions never read.
+    app, src, dst = pipeline(unique, log_url)
+    async with Worker(app) as worker:
+        deadline = time.monotonic() + 60
+        while not await worker.settle():
+            assert time.monotonic() < deadline, "worker did not settle"
+            await asyncio.sleep(0.001)
+        committed = await worker.commit() or worker.committed
+    assert committed.get(sk.TopicPartition(src.name, 0)) == 90
+    out = await read_all(log_url, dst.name, dst.value_serde)
+    assert Counter(out) == Counter(i * i for i in range(90) if i % 3 != 0)
+
+
+async def test_stop_does_not_commit_a_record_cut_off_mid_processing(log_url: str, unique: str) -> None:
+    """A record whose agent is cancelled at stop (it outlives the grace period) is redone."""
+    app = sk.App(unique, broker=log_url)
+    src = app.topic(f"{unique}-src", value_type=int, partitions=1)
+    done = app.topic(f"{unique}-done", value_type=int, partitions=1)
+    started = asyncio.Event()
+
+    @app.agent(src)
+    async def slow(stream: sk.Stream) -> None:
+        async for value in stream:
+            if value == 2:
+                started.set()
+                await asyncio.sleep(30)  # far past the stop grace period
+            await done.send(value=value)
+
+    async with Worker(app):
+        for i in range(5):
+            await src.send(value=i)
+        await asyncio.wait_for(started.wait(), 30)
+    positions = await committed_offsets(log_url, unique, src.name, 1)
+    assert positions[0] == 2  # 0 and 1 finished; 2 was cut off; 3 and 4 were never started
+    assert await read_all(log_url, done.name, done.value_serde) == [0, 1]
+
+
 def start_worker(app_id: str, url: str, delay_s: float, log: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "SAMPLE_APP_ID": app_id, "SAMPLE_BROKER": url, "SAMPLE_DELAY_S": str(delay_s),
            "PYTHONPATH": f"{ROOT / 'tests' / 'engine'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
