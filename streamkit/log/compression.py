@@ -14,6 +14,7 @@ Every failure to decompress leaves this module as a ``CorruptRecordError`` (cram
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import cramjam
 
@@ -34,6 +35,16 @@ _INT32 = struct.Struct(">i")
 # bound first.
 _SNAPPY_MAX_RATIO = 22
 
+# The most bytes one batch's records may decompress to. Kafka bounds the compressed batch
+# (max.message.bytes, 1 MiB by default) but not what it expands to; legitimate record data
+# rarely compresses beyond 10-50x, a bomb by 1000x and more.
+MAX_DECOMPRESSED_BYTES = 128 * 1024 * 1024
+_FIRST_GUESS_RATIO = 8
+_FIRST_GUESS_MIN = 64 * 1024
+# What cramjam's *_into functions report when the output buffer is too small.
+_BUFFER_FULL = "failed to write whole buffer"
+_STREAM_CODECS: dict[int, Any] = {GZIP: cramjam.gzip, LZ4: cramjam.lz4, ZSTD: cramjam.zstd}
+
 
 def compress(codec: int, data: bytes) -> bytes:
     """Compress ``data`` with a Kafka codec id."""
@@ -52,22 +63,45 @@ def compress(codec: int, data: bytes) -> bytes:
     raise UnsupportedCompressionError(f"unknown compression codec {codec}")
 
 
-def decompress(codec: int, data: bytes | memoryview) -> bytes:
-    """Decompress a record array compressed with a Kafka codec id."""
+def decompress(codec: int, data: bytes | memoryview, limit: int = MAX_DECOMPRESSED_BYTES) -> bytes:
+    """Decompress a record array compressed with a Kafka codec id.
+
+    Never produces more than ``limit`` bytes: a batch that would (a compression bomb: a few
+    KiB of zstd can claim gigabytes) is a ``CorruptRecordError``, found without allocating
+    more than ``limit``.
+    """
     if codec == NONE:
         return bytes(data)
     if codec not in CODEC_NAMES:
         raise UnsupportedCompressionError(f"unknown compression codec {codec}")
+    name = CODEC_NAMES[codec]
     try:
-        if codec == GZIP:
-            return bytes(cramjam.gzip.decompress(data))
         if codec == SNAPPY:
-            return _snappy_decompress(bytes(data))
-        if codec == LZ4:
-            return bytes(cramjam.lz4.decompress(data))
-        return bytes(cramjam.zstd.decompress(data))
+            out = _snappy_decompress(bytes(data))  # bounded by _SNAPPY_MAX_RATIO per block
+            if len(out) > limit:
+                raise CorruptRecordError(f"snappy data decompresses to more than {limit} bytes")
+            return out
+        return _decompress_bounded(_STREAM_CODECS[codec], name, data, limit)
     except cramjam.DecompressionError as exc:
-        raise CorruptRecordError(f"{CODEC_NAMES[codec]} data does not decompress: {exc}") from exc
+        raise CorruptRecordError(f"{name} data does not decompress: {exc}") from exc
+
+
+def _decompress_bounded(module: Any, name: str, data: bytes | memoryview, limit: int) -> bytes:
+    """Decompress into buffers of growing size, up to ``limit``: cramjam stops writing at a
+    full buffer and reports it, so the output never outgrows the buffer we allocated."""
+    size = min(limit, max(_FIRST_GUESS_MIN, _FIRST_GUESS_RATIO * len(data)))
+    while True:
+        out = bytearray(size)
+        try:
+            written = module.decompress_into(data, out)
+        except cramjam.DecompressionError as exc:
+            if _BUFFER_FULL not in str(exc):
+                raise
+            if size >= limit:
+                raise CorruptRecordError(f"{name} data decompresses to more than {limit} bytes") from exc
+            size = min(limit, size * 4)
+            continue
+        return bytes(memoryview(out)[:written])
 
 
 def _snappy_decompress(data: bytes) -> bytes:

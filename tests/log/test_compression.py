@@ -193,3 +193,42 @@ def test_snappy_block_claiming_a_huge_length_is_refused_before_allocating(claime
 def test_snappy_bound_admits_the_most_compressible_input() -> None:
     zeros = b"\x00" * 1_000_000
     assert compression.decompress(SNAPPY, compression.compress(SNAPPY, zeros)) == zeros
+
+
+@pytest.mark.parametrize("codec", COMPRESSED, ids=compression.CODEC_NAMES.get)
+def test_output_is_bounded_and_a_bomb_is_corrupt(codec: int) -> None:
+    limit = 1 << 20
+    fits = bytes(range(256)) * (limit // 256)  # exactly the limit, hardly compressible
+    assert compression.decompress(codec, compression.compress(codec, fits), limit=limit) == fits
+    # Highly compressible data is grown into (the first guess is 8x the input).
+    zeros = b"\0" * limit
+    assert compression.decompress(codec, compression.compress(codec, zeros), limit=limit) == zeros
+    with pytest.raises(CorruptRecordError, match="more than 1048576 bytes"):
+        compression.decompress(codec, compression.compress(codec, zeros + b"\0"), limit=limit)
+
+
+def _bomb(codec: int, mib: int) -> bytes:
+    """``mib`` MiB of zeros compressed a chunk at a time (never held whole)."""
+    import cramjam
+
+    module = {GZIP: cramjam.gzip, LZ4: cramjam.lz4, ZSTD: cramjam.zstd}[codec]
+    compressor = module.Compressor()
+    chunk = b"\0" * (1 << 20)
+    for _ in range(mib):
+        compressor.compress(chunk)
+    return bytes(compressor.finish())
+
+
+@pytest.mark.parametrize("codec", [GZIP, LZ4, ZSTD], ids=compression.CODEC_NAMES.get)
+def test_a_bomb_is_refused_without_expanding_it(codec: int) -> None:
+    """A small frame that expands to 4x the default limit is refused, and decompressing it
+    allocates at most about the limit (the high-water mark of the process shows it)."""
+    import resource
+
+    bomb = _bomb(codec, 4 * compression.MAX_DECOMPRESSED_BYTES >> 20)
+    assert len(bomb) < 4 << 20
+    before_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(CorruptRecordError, match="decompresses to more than"):
+        compression.decompress(codec, bomb)
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before_kib) / 1024
+    assert grown_mib < 2.5 * (compression.MAX_DECOMPRESSED_BYTES >> 20)
