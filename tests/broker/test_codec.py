@@ -12,6 +12,7 @@ from pathlib import Path
 import gen_messages
 import pytest
 from aiokafka.protocol import fetch as aiokafka_fetch
+from aiokafka.protocol import produce as aiokafka_produce
 from aiokafka.protocol.admin import ApiVersionResponse_v0
 from aiokafka.protocol.metadata import MetadataRequest_v5
 from aiokafka.protocol.produce import ProduceRequest_v7
@@ -163,3 +164,35 @@ def test_hand_written_fetch_response_is_byte_for_byte_kio(version: int, tmp_path
         for t, ps in topics
     ])
     assert _joined(parts) == codec.encode_response(header, with_records)
+
+
+@pytest.mark.parametrize("version", range(3, 9))
+def test_hand_written_produce_decoder_agrees_with_kio(version: int) -> None:
+    request_cls = getattr(aiokafka_produce, f"ProduceRequest_v{version}")
+    big = b"\x07" * 100_000
+    request = request_cls(transactional_id="tx", required_acks=-1, timeout=1500,
+                          topics=[("t", [(2, b"batch-bytes"), (3, big)]), ("u", [(0, b"")])])
+    frame = _request_frame(request)
+    header = codec.peek_header(frame)
+    expected = codec.decode_request(frame, header)
+    for buffer in (frame, bytearray(frame)):
+        got = frames.decode_produce_request(buffer, header)
+        assert (got.transactional_id, got.acks, got.timeout_ms) == (
+            expected.transactional_id, expected.acks, expected.timeout_ms)
+        assert [(t.name, [(p.index, bytes(p.records) if p.records is not None else None)
+                          for p in t.partition_data]) for t in got.topic_data] == [
+            (t.name, [(p.index, p.records) for p in t.partition_data]) for t in expected.topic_data]
+        assert isinstance(got.topic_data[0].partition_data[1].records, memoryview)  # not a copy
+
+
+@pytest.mark.parametrize("cut", [1, 5, 20, 40])
+def test_hand_written_produce_decoder_refuses_short_or_bad_frames(cut: int) -> None:
+    frame = _request_frame(ProduceRequest_v7(transactional_id=None, required_acks=1, timeout=1,
+                                             topics=[("t", [(0, b"x" * 30)])]))
+    header = codec.peek_header(frame)
+    with pytest.raises(MalformedRequestError):
+        frames.decode_produce_request(frame[:-cut], header)
+    bad_count = bytearray(frame)
+    struct.pack_into(">i", bad_count, header.size_v1 + 2 + 2 + 4, -1)  # topic_data: null
+    with pytest.raises(MalformedRequestError):
+        frames.decode_produce_request(bytes(bad_count), header)

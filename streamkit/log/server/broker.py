@@ -31,7 +31,7 @@ from streamkit.log.manager import LogManager, remove_owner, write_owner
 from streamkit.log.producers import ProducerIdAllocator, ProducerStates
 from streamkit.log.server import apis
 from streamkit.log.server.config import BrokerConfig
-from streamkit.log.server.connection import serve_connection
+from streamkit.log.server.connection import FrameProtocol, serve_connection
 from streamkit.log.server.dispatch import Dispatcher
 from streamkit.log.server.notifier import AppendNotifier
 from streamkit.log.server.state import BrokerState, load_cluster_id
@@ -133,8 +133,12 @@ class Broker:
             if state.transactions is not None:
                 await state.transactions.recover()
             self._tasks = await self._stack.enter_async_context(asyncio.TaskGroup())
-            self._server = await asyncio.start_server(
-                lambda r, w: self._accept(r, w, dispatcher),
+            self._server = await loop.create_server(
+                lambda: FrameProtocol(
+                    lambda protocol: self._accept(protocol, dispatcher),
+                    max_frame_bytes=self.config.max_frame_bytes,
+                    max_in_flight=self.config.max_in_flight,
+                ),
                 self.config.host,
                 self.config.port,
                 reuse_address=True,
@@ -159,28 +163,19 @@ class Broker:
             except (LogError, OSError):
                 logger.exception("could not expire transactions")
 
-    def _accept(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dispatcher: Dispatcher
-    ) -> None:
+    def _accept(self, protocol: FrameProtocol, dispatcher: Dispatcher) -> None:
         if self._tasks is None or self._closed or len(self._connections) >= self.config.max_connections:
-            writer.close()
+            assert protocol.transport is not None
+            protocol.transport.close()
             return
-        # Our own task in our TaskGroup (not the stream's), so shutdown can cancel it cleanly.
-        task = self._tasks.create_task(self._serve(reader, writer, dispatcher))
+        # A task in our TaskGroup, so shutdown can cancel it cleanly.
+        task = self._tasks.create_task(self._serve(protocol, dispatcher))
         self._connections.add(task)
         task.add_done_callback(self._connections.discard)
 
-    async def _serve(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dispatcher: Dispatcher
-    ) -> None:
+    async def _serve(self, protocol: FrameProtocol, dispatcher: Dispatcher) -> None:
         try:
-            await serve_connection(
-                reader,
-                writer,
-                dispatcher,
-                max_frame_bytes=self.config.max_frame_bytes,
-                max_in_flight=self.config.max_in_flight,
-            )
+            await serve_connection(protocol, dispatcher)
         except Exception:
             # One connection's failure must never reach the TaskGroup and cancel the others.
             logger.exception("connection failed")

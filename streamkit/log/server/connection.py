@@ -3,9 +3,9 @@
 Invariants:
 
 * responses leave in request order (clients match them to requests FIFO): one request is
-  handled at a time, while the reader task reads ahead at most ``max_in_flight`` frames;
-  answers to a burst of queued requests are written together, and never held back once the
-  queue is empty (a client waiting for an answer always gets it);
+  handled at a time, while the protocol reads ahead at most ``max_in_flight`` frames (then
+  it pauses reading); answers to a burst of queued requests are written together, and never
+  held back once the queue is empty (a client waiting for an answer always gets it);
 * a response is a list of parts (``frames.py``): bytes are written, a ``FileRange`` of
   verified segment bytes goes out with ``loop.sendfile`` (``sendfile(2)`` where the
   transport allows it) once everything before it is written, so the order holds;
@@ -13,14 +13,21 @@ Invariants:
   an unreadable request, an API we do not serve or a failing handler closes *this*
   connection after the responses already due; nothing a client sends reaches past its
   connection, so the broker keeps serving everyone else.
+
+Reading (``FrameProtocol``, an ``asyncio.BufferedProtocol``): the socket is read into a
+64 KiB staging buffer, from which small frames are copied out whole. A frame that does not
+fit in it gets a ``bytearray`` of its own size and the rest of it is received straight into
+that, so the bytes of a large Produce request are copied once, by the kernel.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import struct
+from collections.abc import Callable
 
 from streamkit.log.segment import FileRange
 from streamkit.log.server.dispatch import Dispatcher
@@ -31,63 +38,196 @@ logger = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
 _MIN_FRAME = 8  # api key, api version, correlation id
+_STAGING_BYTES = 64 * 1024
 _COALESCE_BYTES = 64 * 1024
 _JOIN_BYTES = 64 * 1024  # smaller byte parts are joined into one write; larger ones go alone
 
-
-async def serve_connection(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    dispatcher: Dispatcher,
-    *,
-    max_frame_bytes: int,
-    max_in_flight: int,
-) -> None:
-    peer = writer.get_extra_info("peername")
-    queue: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=max_in_flight)
-    try:
-        async with asyncio.TaskGroup() as tasks:
-            reading = tasks.create_task(_read_frames(reader, queue, max_frame_bytes, peer))
-            await _answer(queue, writer, dispatcher, peer)
-            reading.cancel()
-    except* (ConnectionError, OSError) as group:
-        logger.debug("connection %s lost: %s", peer, group.exceptions[0])
-    finally:
-        writer.close()
-        with contextlib.suppress(ConnectionError, OSError):
-            await writer.wait_closed()
+Frame = bytes | bytearray
 
 
-async def _read_frames(
-    reader: asyncio.StreamReader, queue: asyncio.Queue[bytes | None], max_frame_bytes: int, peer: object
-) -> None:
-    """Queue each frame; queue None at the end (EOF, a bad size, a lost connection)."""
-    await _read_until_end(reader, queue, max_frame_bytes, peer)
-    # Not in a ``finally``: when cancelled, nobody is left to take it.
-    await queue.put(None)
+class FrameProtocol(asyncio.BufferedProtocol):
+    """The reading half of a connection, and the flow control of its writing half.
 
+    Frames (without their size field) queue up for ``next_frame``; None in the queue means
+    the end: EOF, a lost connection or a frame size out of bounds.
+    """
 
-async def _read_until_end(
-    reader: asyncio.StreamReader, queue: asyncio.Queue[bytes | None], max_frame_bytes: int, peer: object
-) -> None:
-    try:
-        while True:
-            head = await reader.readexactly(4)
-            (size,) = _SIZE.unpack(head)
-            if size < _MIN_FRAME or size > max_frame_bytes:
+    def __init__(
+        self, on_connect: Callable[[FrameProtocol], None], *, max_frame_bytes: int, max_in_flight: int
+    ) -> None:
+        self._on_connect = on_connect
+        self._max_frame_bytes = max_frame_bytes
+        self._max_in_flight = max_in_flight
+        self.transport: asyncio.Transport | None = None
+        self.peer: object = None
+        self._staging = bytearray(_STAGING_BYTES)
+        self._filled = 0
+        self._large: bytearray | None = None  # a frame too big for staging, being received
+        self._large_filled = 0
+        self._frames: collections.deque[Frame | None] = collections.deque()
+        self._ended = False
+        self._reading_paused = False
+        self._frame_waiter: asyncio.Future[None] | None = None
+        self._writing_paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self._lost: asyncio.Future[None] | None = None
+        self._lost_exc: BaseException | None = None
+
+    # -- asyncio callbacks -----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.peer = transport.get_extra_info("peername")
+        self._lost = asyncio.get_running_loop().create_future()
+        self._on_connect(self)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._large is not None:
+            return memoryview(self._large)[self._large_filled :]
+        return memoryview(self._staging)[self._filled :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._large is not None:
+            self._large_filled += nbytes
+            if self._large_filled == len(self._large):
+                self._push(self._large)
+                self._large = None
+            return
+        self._filled += nbytes
+        self._split_frames()
+
+    def eof_received(self) -> bool:
+        self._end()
+        return True  # keep the transport open: responses already due still go out
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost_exc = exc or ConnectionResetError("connection lost")
+        self._end()
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result(None)
+        for waiter in self._drain_waiters:
+            if not waiter.done():
+                waiter.set_exception(self._lost_exc)
+        self._drain_waiters.clear()
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        for waiter in self._drain_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._drain_waiters.clear()
+
+    # -- frames ----------------------------------------------------------------------------
+
+    def _split_frames(self) -> None:
+        staging = self._staging
+        pos = 0
+        filled = self._filled
+        while not self._ended and filled - pos >= 4:
+            (size,) = _SIZE.unpack_from(staging, pos)
+            if size < _MIN_FRAME or size > self._max_frame_bytes:
                 logger.warning(
                     "closing connection %s: frame size %d outside [%d, %d]",
-                    peer, size, _MIN_FRAME, max_frame_bytes,
+                    self.peer, size, _MIN_FRAME, self._max_frame_bytes,
                 )
-                return
-            await queue.put(await reader.readexactly(size))
-    except (asyncio.IncompleteReadError, ConnectionError, OSError):
-        return  # the client closed the connection or it broke
+                self._end()
+                break
+            start = pos + 4
+            if filled - start >= size:
+                self._push(bytes(staging[start : start + size]))
+                pos = start + size
+            elif 4 + size > len(staging):
+                # Too big for staging: the rest is received straight into its own buffer.
+                have = filled - start
+                large = bytearray(size)
+                large[:have] = staging[start:filled]
+                self._large, self._large_filled = large, have
+                pos = filled
+                break
+            else:
+                break
+        if pos:
+            rest = filled - pos
+            staging[:rest] = staging[pos:filled]
+            self._filled = rest
+
+    def _push(self, frame: Frame | None) -> None:
+        self._frames.append(frame)
+        waiter = self._frame_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        if len(self._frames) >= self._max_in_flight and not self._reading_paused and self.transport:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def _end(self) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        self._push(None)
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.pause_reading()
+
+    async def next_frame(self) -> Frame | None:
+        """The next request frame; None once no more will come."""
+        while not self._frames:
+            self._frame_waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._frame_waiter
+            finally:
+                self._frame_waiter = None
+        frame = self._frames.popleft()
+        if (
+            self._reading_paused
+            and not self._ended
+            and len(self._frames) < self._max_in_flight
+            and self.transport is not None
+        ):
+            self._reading_paused = False
+            self.transport.resume_reading()
+        return frame
+
+    def has_frames(self) -> bool:
+        return bool(self._frames)
+
+    # -- writing ---------------------------------------------------------------------------
+
+    async def drain(self) -> None:
+        if self._lost_exc is not None:
+            raise self._lost_exc
+        if not self._writing_paused:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._drain_waiters.append(waiter)
+        await waiter
+
+    def write(self, data: bytes | bytearray) -> None:
+        assert self.transport is not None
+        self.transport.write(data)
+
+    async def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+        if self._lost is not None:
+            await self._lost
 
 
-async def _answer(
-    queue: asyncio.Queue[bytes | None], writer: asyncio.StreamWriter, dispatcher: Dispatcher, peer: object
-) -> None:
+async def serve_connection(protocol: FrameProtocol, dispatcher: Dispatcher) -> None:
+    peer = protocol.peer
+    try:
+        await _answer(protocol, dispatcher, peer)
+    except (ConnectionError, OSError) as exc:
+        logger.debug("connection %s lost: %s", peer, exc)
+    finally:
+        with contextlib.suppress(ConnectionError, OSError):
+            await protocol.close()
+
+
+async def _answer(protocol: FrameProtocol, dispatcher: Dispatcher, peer: object) -> None:
     client_host = peer[0] if isinstance(peer, tuple) and peer else ""
     # Responses wait here while more requests are already queued, then leave in one write:
     # a pipelining client costs one send per burst instead of one per response.
@@ -95,12 +235,12 @@ async def _answer(
     ready_bytes = 0
     try:
         while True:
-            if ready and (queue.empty() or ready_bytes >= _COALESCE_BYTES):
-                await _send(writer, ready)
+            if ready and (not protocol.has_frames() or ready_bytes >= _COALESCE_BYTES):
+                await _send(protocol, ready)
                 ready = []
                 ready_bytes = 0
-                await writer.drain()
-            frame = await queue.get()
+                await protocol.drain()
+            frame = await protocol.next_frame()
             if frame is None:
                 return
             try:
@@ -116,38 +256,42 @@ async def _answer(
                 ready += response
                 ready_bytes += sum(len(part) for part in response)
     finally:
-        if ready:  # answers due before the end (or the bad request) still go out
-            # No await here (this may run on cancellation): file ranges are read instead.
-            writer.write(b"".join(p.read() if isinstance(p, FileRange) else p for p in ready))
-            # no drain: closing the writer flushes it
+        if ready and protocol.transport is not None and not protocol.transport.is_closing():
+            # Answers due before the end (or the bad request) still go out. No await here
+            # (this may run on cancellation): file ranges are read instead.
+            protocol.write(b"".join(p.read() if isinstance(p, FileRange) else p for p in ready))
 
 
-async def _send(writer: asyncio.StreamWriter, parts: list[Part]) -> None:
+async def _send(protocol: FrameProtocol, parts: list[Part]) -> None:
     """Write ``parts`` in order: small byte parts joined, file ranges by ``loop.sendfile``."""
     small: list[bytes | bytearray] = []
     for part in parts:
         if isinstance(part, FileRange):
             if small:
-                writer.write(small[0] if len(small) == 1 else b"".join(small))
+                protocol.write(small[0] if len(small) == 1 else b"".join(small))
                 small = []
-            await _sendfile(writer, part)
+            await _sendfile(protocol, part)
         elif len(part) >= _JOIN_BYTES:
             if small:
-                writer.write(small[0] if len(small) == 1 else b"".join(small))
+                protocol.write(small[0] if len(small) == 1 else b"".join(small))
                 small = []
-            writer.write(part)
+            protocol.write(part)
         else:
             small.append(part)
     if small:
-        writer.write(small[0] if len(small) == 1 else b"".join(small))
+        protocol.write(small[0] if len(small) == 1 else b"".join(small))
 
 
-async def _sendfile(writer: asyncio.StreamWriter, part: FileRange) -> None:
+async def _sendfile(protocol: FrameProtocol, part: FileRange) -> None:
     loop = asyncio.get_running_loop()
+    assert protocol.transport is not None
     # A file object over the segment's descriptor, which ``part`` keeps open; sendfile moves
     # this object's position only, never the segment's (appends use O_APPEND, reads pread).
     with open(part.fileno(), "rb", buffering=0, closefd=False) as file:
-        sent = await loop.sendfile(writer.transport, file, part.position, part.size)
+        try:
+            sent = await loop.sendfile(protocol.transport, file, part.position, part.size)
+        except RuntimeError as exc:  # the transport is closing
+            raise ConnectionError(str(exc)) from exc
     if sent != part.size:
         # The frame's length is already out: a short file cannot be patched, only cut off.
         raise ConnectionError(f"sent {sent} of {part.size} bytes of {part.segment.log_path}")

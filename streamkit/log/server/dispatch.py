@@ -21,8 +21,15 @@ from streamkit.log.server.codec import (
     peek_header,
 )
 from streamkit.log.server.errors import UnsupportedRequestError
-from streamkit.log.server.frames import FetchAnswer, Part, encode_fetch_response
+from streamkit.log.server.frames import (
+    FetchAnswer,
+    Part,
+    decode_produce_request,
+    encode_fetch_response,
+)
 from streamkit.log.server.state import BrokerState
+
+_MAX_HEADER_V1 = 10 + 0x7FFF
 
 Handler = Callable[[BrokerState, RequestHeader, Any], Awaitable[object | None]]
 
@@ -57,10 +64,17 @@ class Dispatcher:
         self.state = state
         self.handlers = dict(HANDLERS if handlers is None else handlers)
 
-    async def handle(self, frame: bytes, client_host: str = "") -> list[Part] | None:
+    async def handle(self, frame: bytes | bytearray, client_host: str = "") -> list[Part] | None:
         """The response frame for one request frame as parts to send in order (see
-        ``frames.py``), or None when none is due."""
-        header = peek_header(frame, client_host)
+        ``frames.py``), or None when none is due.
+
+        A large frame comes as a ``bytearray`` (read into in place): Produce reads its records
+        from it as they are; kio wants ``bytes``, so anything else gets a copy.
+        """
+        if isinstance(frame, bytes):
+            header = peek_header(frame, client_host)
+        else:  # a v1 header is at most 10 bytes and a 32767-byte client id
+            header = peek_header(bytes(memoryview(frame)[:_MAX_HEADER_V1]), client_host)
         table = self.state.api_table
         if header.api_key == apis.API_VERSIONS and not (
             table[apis.API_VERSIONS][0] <= header.api_version <= table[apis.API_VERSIONS][1]
@@ -78,7 +92,10 @@ class Dispatcher:
             raise UnsupportedRequestError(
                 f"api key {header.api_key} version {header.api_version} is not served"
             )
-        request = decode_request(frame, header)
+        if header.api_key == apis.PRODUCE:
+            request: Any = decode_produce_request(frame, header)
+        else:
+            request = decode_request(frame if isinstance(frame, bytes) else bytes(frame), header)
         response = await handler(self.state, header, request)
         if response is None:
             return None

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from streamkit.log.segment import FileRange
 from streamkit.log.server.codec import RequestHeader
+from streamkit.log.server.errors import MalformedRequestError
 from streamkit.log.server.messages import FetchResponse
 
 Part = bytes | bytearray | FileRange
@@ -116,3 +117,90 @@ def encode_fetch_response(header: RequestHeader, answer: FetchAnswer) -> list[Pa
     assert isinstance(first, bytearray)
     _I32.pack_into(first, 0, total - 4)
     return parts
+
+
+# ---------------------------------------------------------------------------------------------
+# Produce requests, v3-v8 (request header v1, non-flexible body)::
+#
+#     NULLABLE_STRING transactional_id, INT16 acks, INT32 timeout_ms,
+#     ARRAY topic_data: STRING name, ARRAY partition_data: INT32 index, NULLABLE_BYTES records
+#
+# Same field names as messages.ProduceRequest; records are views into the frame.
+
+
+@dataclass(slots=True)
+class ProducePartitionView:
+    index: int
+    records: memoryview | None
+
+
+@dataclass(slots=True)
+class ProduceTopicView:
+    name: str
+    partition_data: list[ProducePartitionView]
+
+
+@dataclass(slots=True)
+class ProduceRequestView:
+    transactional_id: str | None
+    acks: int
+    timeout_ms: int
+    topic_data: list[ProduceTopicView]
+
+
+_PRODUCE_FIXED = struct.Struct(">hi")
+
+
+class _Cursor:
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: memoryview, pos: int) -> None:
+        self.buf = buf
+        self.pos = pos
+
+    def take(self, n: int) -> memoryview:
+        if n < 0 or self.pos + n > len(self.buf):
+            raise MalformedRequestError(f"produce request cut short at byte {self.pos} (wanted {n})")
+        view = self.buf[self.pos : self.pos + n]
+        self.pos += n
+        return view
+
+    def unpack(self, fmt: struct.Struct) -> tuple[int, ...]:
+        return fmt.unpack(self.take(fmt.size))
+
+    def string(self, *, nullable: bool) -> str | None:
+        (n,) = self.unpack(_I16)
+        if n < 0:
+            if n == -1 and nullable:
+                return None
+            raise MalformedRequestError(f"bad string length {n} in a produce request")
+        try:
+            return str(self.take(n), "utf-8")
+        except UnicodeDecodeError as exc:
+            raise MalformedRequestError(f"a produce request string is not UTF-8: {exc}") from exc
+
+    def count(self) -> int:
+        (n,) = self.unpack(_I32)
+        if n < 0 or n * 4 > len(self.buf) - self.pos:  # every element takes at least 4 bytes
+            raise MalformedRequestError(f"bad array length {n} in a produce request")
+        return int(n)
+
+
+def decode_produce_request(frame: bytes | bytearray, header: RequestHeader) -> ProduceRequestView:
+    """A Produce v3-v8 request whose records are ``memoryview`` slices of ``frame``."""
+    cursor = _Cursor(memoryview(frame), header.size_v1)
+    transactional_id = cursor.string(nullable=True)
+    acks, timeout_ms = cursor.unpack(_PRODUCE_FIXED)
+    topics = []
+    for _ in range(cursor.count()):
+        name = cursor.string(nullable=False)
+        assert name is not None
+        partitions = []
+        for _ in range(cursor.count()):
+            (index,) = cursor.unpack(_I32)
+            (size,) = cursor.unpack(_I32)
+            if size < -1:
+                raise MalformedRequestError(f"bad records length {size} in a produce request")
+            partitions.append(ProducePartitionView(index, None if size == -1 else cursor.take(size)))
+        topics.append(ProduceTopicView(name, partitions))
+    return ProduceRequestView(transactional_id, acks, timeout_ms, topics)

@@ -1,6 +1,8 @@
 """Produce (v3-v8) and InitProducerId (v0-v1).
 
-Each partition's data must be exactly one magic-2 record batch. It is checked from its
+The request is decoded by ``frames.decode_produce_request``: each partition's records are a
+view into the request frame, checked and written from there without a copy. Each partition's
+data must be exactly one magic-2 record batch. It is checked from its
 61-byte header and CRC only (``check_batch``), never decoded record by record, then handed
 to ``ProducerStates.append``, which applies the idempotence checks and appends the bytes as
 they came, with only the base offset stamped. Errors are per partition; one bad partition
@@ -26,12 +28,11 @@ from streamkit.log.producers import (
 from streamkit.log.records import BATCH_OVERHEAD, check_batch, parse_header
 from streamkit.log.server.codec import RequestHeader
 from streamkit.log.server.error_codes import ErrorCode, code_for
+from streamkit.log.server.frames import ProducePartitionView, ProduceRequestView
 from streamkit.log.server.messages import (
     InitProducerIdRequest,
     InitProducerIdResponse,
-    ProducePartitionProduceData,
     ProducePartitionProduceResponse,
-    ProduceRequest,
     ProduceResponse,
     ProduceTopicProduceResponse,
 )
@@ -43,7 +44,7 @@ _ZSTD_MIN_VERSION = 7
 
 
 async def produce(
-    state: BrokerState, header: RequestHeader, request: ProduceRequest
+    state: BrokerState, header: RequestHeader, request: ProduceRequestView
 ) -> ProduceResponse | None:
     acks_ok = request.acks in (0, 1, -1)
     responses = []
@@ -70,9 +71,9 @@ def _error(index: int, code: ErrorCode, message: str | None = None) -> ProducePa
 async def _produce_partition(
     state: BrokerState,
     header: RequestHeader,
-    request: ProduceRequest,
+    request: ProduceRequestView,
     topic: str,
-    data: ProducePartitionProduceData,
+    data: ProducePartitionView,
 ) -> ProducePartitionProduceResponse:
     index = data.index
     if topic in INTERNAL_TOPICS:
