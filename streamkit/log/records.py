@@ -537,6 +537,28 @@ def build_batch(
         raise InvalidRecordError(
             f"last offset delta {lod} is below the last record's offset delta {max_delta}"
         )
+    return _finish_batch(
+        body, len(records), lod, base_ts, max_ts, base_offset, compression_codec, producer_id,
+        producer_epoch, base_sequence, transactional, control, partition_leader_epoch,
+    )
+
+
+def _finish_batch(
+    body: bytearray,
+    count: int,
+    lod: int,
+    base_ts: int,
+    max_ts: int,
+    base_offset: int,
+    compression_codec: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    transactional: bool,
+    control: bool,
+    partition_leader_epoch: int,
+) -> bytes:
+    """Header, CRC and (compressed) records: the encoded batch."""
     if lod > _INT32_MAX:
         raise InvalidRecordError(f"offset delta {lod} does not fit a batch (at most 2^31-1)")
     payload = compression.compress(compression_codec, bytes(body))
@@ -554,7 +576,7 @@ def build_batch(
             producer_id,
             producer_epoch,
             base_sequence,
-            len(records),
+            count,
         )
         crc = crc32c(tail + payload)
         batch_length = BATCH_OVERHEAD - LOG_OVERHEAD + len(payload)
@@ -562,6 +584,103 @@ def build_batch(
     except struct.error as exc:
         raise InvalidRecordError(f"a batch header field is out of range: {exc}") from exc
     return head + tail + payload
+
+
+def _varint_bytes(value: int) -> bytes:
+    out = bytearray()
+    write_varint(out, value)
+    return bytes(out)
+
+
+# Encoded varints of -8192..8191 (one or two bytes): record lengths, timestamp and offset
+# deltas and key/value lengths of a producer's typical record are looked up, not computed.
+_SMALL = 8192
+_VARINTS = [_varint_bytes(v) for v in range(-_SMALL, _SMALL)]
+_NULL = _VARINTS[_SMALL - 1]  # -1: a null key or value
+
+
+class BatchBuilder:
+    """A batch encoded as its records arrive (a producer's side): no object per record and
+    no second pass over them. Offsets deltas are 0..n-1 and timestamps are relative to the
+    first record's; ``build`` adds the header and the CRC."""
+
+    __slots__ = ("_base_ts", "_body", "_count", "_max_ts")
+
+    def __init__(self) -> None:
+        self._body = bytearray()
+        self._count = 0
+        self._base_ts = 0
+        self._max_ts = -1
+
+    def __len__(self) -> int:
+        return self._count
+
+    @property
+    def size(self) -> int:
+        """Bytes of records encoded so far (the batch adds a 61-byte header)."""
+        return len(self._body)
+
+    def append(
+        self, key: bytes | None, value: bytes | None, timestamp: int, headers: Sequence[Header] = ()
+    ) -> int:
+        """Encode one record; returns its offset delta in the batch."""
+        n = self._count
+        if n == 0:
+            self._base_ts = timestamp
+        ts_delta = timestamp - self._base_ts
+        if headers or n >= _SMALL or not -_SMALL <= ts_delta < _SMALL:
+            _encode_record(self._body, n, ts_delta, key, value, headers)  # raises before writing
+        else:
+            varints = _VARINTS
+            if key is None:
+                key_len, key_size, key = _NULL, 0, b""
+            else:
+                key_size = len(key)
+                key_len = varints[key_size + _SMALL] if key_size < _SMALL else _varint_bytes(key_size)
+            if value is None:
+                value_len, value_size, value = _NULL, 0, b""
+            else:
+                value_size = len(value)
+                value_len = varints[value_size + _SMALL] if value_size < _SMALL else _varint_bytes(value_size)
+            ts_part = varints[ts_delta + _SMALL]
+            offset_part = varints[n + _SMALL]
+            # Attributes, the deltas, key, value and a zero header count.
+            length = 2 + len(ts_part) + len(offset_part) + len(key_len) + key_size + len(value_len) + value_size
+            self._body += b"".join(
+                (
+                    varints[length + _SMALL] if length < _SMALL else _varint_bytes(length),
+                    b"\x00",
+                    ts_part,
+                    offset_part,
+                    key_len,
+                    key,
+                    value_len,
+                    value,
+                    b"\x00",
+                )
+            )
+        if n == 0 or timestamp > self._max_ts:
+            self._max_ts = timestamp
+        self._count = n + 1
+        return n
+
+    def build(
+        self,
+        *,
+        base_offset: int = 0,
+        compression_codec: int = compression.NONE,
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = NO_PRODUCER_EPOCH,
+        base_sequence: int = NO_SEQUENCE,
+        transactional: bool = False,
+    ) -> bytes:
+        """The encoded batch. Raises ``InvalidRecordError`` when it holds no record."""
+        if not self._count:
+            raise InvalidRecordError("a batch needs at least one record")
+        return _finish_batch(
+            self._body, self._count, self._count - 1, self._base_ts, self._max_ts, base_offset,
+            compression_codec, producer_id, producer_epoch, base_sequence, transactional, False, -1,
+        )
 
 
 def control_batch(

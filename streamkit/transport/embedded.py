@@ -19,10 +19,15 @@ from typing import Any
 
 from streamkit._core.clock import SYSTEM_CLOCK, Clock
 from streamkit._core.types import TopicPartition
-from streamkit.log.errors import LogError, OffsetOutOfRangeError, UnknownTopicError
+from streamkit.log.errors import (
+    InvalidRecordError,
+    LogError,
+    OffsetOutOfRangeError,
+    UnknownTopicError,
+)
 from streamkit.log.manager import LogManager
 from streamkit.log.partition import Partition
-from streamkit.log.records import NewRecord, Record, decode_batches, iter_batches
+from streamkit.log.records import BatchBuilder, Record, decode_batches, iter_batches
 from streamkit.transport.base import (
     BatchAck,
     Header,
@@ -32,6 +37,8 @@ from streamkit.transport.base import (
 )
 
 MAX_BATCH_RECORDS = 2000
+# Well below max.message.bytes' default (1 MiB): a batch of large records is appended sooner.
+MAX_BATCH_BYTES = 256 * 1024
 MAX_FETCH_BYTES = 4 * 1024 * 1024
 
 
@@ -143,11 +150,19 @@ class EmbeddedLogClient:
 
 
 class _Batch:
-    __slots__ = ("future", "records")
+    """Records for one partition, encoded as they are sent; appended whole."""
+
+    __slots__ = ("builder", "future")
 
     def __init__(self, future: asyncio.Future[int]) -> None:
         self.future = future
-        self.records: list[NewRecord] = []
+        self.builder = BatchBuilder()
+
+    def full(self) -> bool:
+        return len(self.builder) >= MAX_BATCH_RECORDS or self.builder.size >= MAX_BATCH_BYTES
+
+    def encoded(self) -> bytes:
+        return self.builder.build()
 
 
 class EmbeddedProducer:
@@ -177,7 +192,7 @@ class EmbeddedProducer:
     ) -> Awaitable[RecordMetadata]:
         ts = self._client.clock.now_ms() if timestamp_ms is None else timestamp_ms
         batch, index = self._add(topic, partition, key, value, headers, ts)
-        if index + 1 >= MAX_BATCH_RECORDS:
+        if batch.full():
             tp = TopicPartition(topic, partition)
             await self._append(tp, self._buffers.pop(tp))
         return BatchAck(batch.future, topic, partition, index, ts)
@@ -186,8 +201,8 @@ class EmbeddedProducer:
         self, topic: str, partition: int, key: bytes | None, value: bytes | None, timestamp_ms: int
     ) -> Awaitable[None] | None:
         ts = timestamp_ms
-        _batch, index = self._add(topic, partition, key, value, (), ts)
-        if index + 1 < MAX_BATCH_RECORDS:
+        added, _index = self._add(topic, partition, key, value, (), ts)
+        if not added.full():
             return None
         tp = TopicPartition(topic, partition)
         batch = self._buffers.pop(tp)
@@ -210,8 +225,10 @@ class EmbeddedProducer:
         if batch is None:
             tp = TopicPartition(topic, partition)
             batch = self._buffers[tp] = _Batch(asyncio.get_running_loop().create_future())
-        index = len(batch.records)
-        batch.records.append(NewRecord(key, value, ts, headers))
+        try:
+            index = batch.builder.append(key, value, ts, headers)
+        except InvalidRecordError as exc:
+            raise TransportError(f"cannot encode a record for {topic}-{partition}: {exc}") from exc
         if not self._scheduled:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._flush_soon)
@@ -242,7 +259,7 @@ class EmbeddedProducer:
 
     def _append_inline(self, partition: Partition, batch: _Batch) -> None:
         try:
-            result = partition.append_records(batch.records)
+            result = partition.append(batch.encoded(), verify_crc=False)
         except LogError as exc:
             self._fail(batch, TransportError(f"append to {partition.tp} failed: {exc}"))
         else:
@@ -254,10 +271,11 @@ class EmbeddedProducer:
             return
         self._inflight.add(batch.future)
         try:
+            data = batch.encoded()
             if partition.config.flush_messages:
-                result = await asyncio.to_thread(partition.append_records, batch.records)
+                result = await asyncio.to_thread(partition.append, data, verify_crc=False)
             else:
-                result = partition.append_records(batch.records)
+                result = partition.append(data, verify_crc=False)
         except LogError as exc:
             self._fail(batch, TransportError(f"append to {tp} failed: {exc}"))
         else:

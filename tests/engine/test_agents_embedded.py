@@ -293,3 +293,24 @@ async def test_an_output_the_log_refuses_stops_the_worker_without_committing_pas
     with LogManager(tmp_path, background=False) as log:  # stopping committed nothing either
         committed = log.offsets.fetch(app.id).get(sk.TopicPartition("src", 0))
     assert committed is None or committed[0] <= 2
+
+
+async def test_large_outputs_are_appended_in_batches_the_log_accepts(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """3,000 records of 2 KiB sent in one go (6 MB, no turn of the event loop) are split
+    into batches under the log's max.message.bytes (1 MiB), not refused as one batch."""
+    from streamkit.transport.embedded import EmbeddedLogClient
+
+    client = EmbeddedLogClient(str(tmp_path / "log"))
+    await client.start()
+    try:
+        await client.ensure_topic("padded", 1)
+        producer = client.producer()
+        await producer.start()
+        for i in range(3000):
+            wait = producer.send_nowait("padded", 0, None, b"%06d" % i + b"." * 2042, 1_700_000_000_000)
+            assert wait is None
+        await producer.flush()
+        part = client.log.partition("padded", 0)
+        assert part.high_watermark == 3000
+    finally:
+        await client.aclose()

@@ -29,6 +29,7 @@ from streamkit.log.errors import CorruptRecordError, InvalidRecordError
 from streamkit.log.records import (
     ATTR_LOG_APPEND_TIME,
     BATCH_OVERHEAD,
+    BatchBuilder,
     BatchHeader,
     NewRecord,
     Record,
@@ -285,6 +286,50 @@ def test_records_with_offset_gaps_keep_their_offsets(
     assert decoded == recs
     assert header.last_offset == offsets[-1]
     assert header.records_count == len(recs)
+
+
+def built(records: Sequence[NewRecord], **options: Any) -> bytes:
+    builder = BatchBuilder()
+    for r in records:
+        assert builder.append(r.key, r.value, r.timestamp, r.headers) == len(builder) - 1
+    return builder.build(**options)
+
+
+@given(
+    records=record_lists,
+    codec=codecs,
+    base_offset=base_offsets,
+    producer=producers,
+    transactional=st.booleans(),
+)
+@SETTINGS
+def test_batch_builder_encodes_exactly_like_build_batch(
+    records: list[NewRecord], codec: int, base_offset: int, producer: tuple[int, int, int], transactional: bool
+) -> None:
+    pid, epoch, seq = producer
+    options = dict(
+        base_offset=base_offset, compression_codec=codec, producer_id=pid, producer_epoch=epoch,
+        base_sequence=seq, transactional=transactional,
+    )
+    try:
+        expected_bytes = build_batch(records, **options)  # type: ignore[arg-type]
+    except InvalidRecordError:
+        with pytest.raises(InvalidRecordError):
+            built(records, **options)
+        return
+    assert built(records, **options) == expected_bytes
+
+
+def test_batch_builder_past_its_lookup_tables() -> None:
+    """Offset deltas, lengths and timestamp deltas beyond the two-byte varints it looks up."""
+    records = [
+        NewRecord(b"k%d" % i, b"v" * (i % 3) * 5000 if i % 1000 == 0 else b"v", 1_700_000_000_000 + i * (i % 7))
+        for i in range(9000)
+    ]
+    records.append(NewRecord(None, None, 0))  # a negative delta far below the first timestamp
+    assert built(records) == build_batch(records)
+    with pytest.raises(InvalidRecordError, match="at least one record"):
+        BatchBuilder().build()
 
 
 @pytest.mark.parametrize("codec", CODECS, ids=CODEC_IDS)
