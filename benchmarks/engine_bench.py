@@ -112,7 +112,6 @@ class Run:
     steady_s: float = 0.0  # first output seen -> all outputs seen
     steady_records: int = 0  # outputs written in that window
     total_s: float = 0.0  # start -> everything acknowledged (and committed)
-    first_s: float = 0.0  # start -> first output seen (startup, topic creation, group join)
     cpu_s: float = 0.0  # the pipeline process
     broker_cpu_s: float | None = None
     note: str = ""
@@ -133,8 +132,8 @@ class Run:
         broker = "" if self.broker_cpu_s is None else f"  broker CPU {self.broker_cpu_s:6.1f} s"
         extra = f"  [{self.note}]" if self.note else ""
         steady = f"{self.steady_rate:>10,.0f}" if self.steady_rate else f"{'-':>10}"
-        return (f"  {self.variant:<10} {self.total_rate:>10,.0f} ev/s end-to-end ({self.total_s:6.2f} s, "
-                f"first output {self.first_s:4.2f} s)  {steady} ev/s steady  CPU {self.cpu_s:6.1f} s{broker}{extra}")
+        return (f"  {self.variant:<10} {self.total_rate:>10,.0f} ev/s end-to-end ({self.total_s:6.2f} s)  "
+                f"{steady} ev/s steady  CPU {self.cpu_s:6.1f} s{broker}{extra}")
 
 
 @dataclass
@@ -157,8 +156,6 @@ class Progress:
 
     def fill(self, run: Run) -> None:
         run.out_records = self.count
-        if self.first_at is not None:
-            run.first_s = self.first_at - self.started
         # The window needs most of the run inside it: a worker's event loop reaches the poller
         # only between inbox-fulls of records, so a small run may be half done at first sight.
         if (self.first_at is not None and self.done_at is not None and self.done_at > self.first_at
