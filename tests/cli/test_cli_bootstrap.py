@@ -32,6 +32,14 @@ from streamkit.transport.kafka_tools import FetchOutOfRangeError, KafkaTools, To
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "broker"))
 from broker_helpers import BrokerProcess
 
+
+def interruptible() -> None:
+    """In the child: Ctrl-C (SIGINT) interrupts it. A shell that starts a job in the
+    background (``make test &``, nohup, some CI runners) sets SIGINT to ignored, the child
+    inherits that and Python then installs no KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 _CLEAN_ENV = {"STREAMKIT_DATA_DIR": None, "STREAMKIT_BOOTSTRAP": None}
 
 
@@ -268,7 +276,7 @@ def test_follow_over_the_wire(broker: BrokerProcess) -> None:
     cmd = [sys.executable, "-m", "streamkit.cli", "consume", "wire-live", "-f", "--from-beginning"]
     cmd += ["-g", "watchers", "--print-offsets", *b]
     env = {k: v for k, v in os.environ.items() if k not in _CLEAN_ENV}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, preexec_fn=interruptible)
     try:
         assert proc.stdout is not None
         seen = []

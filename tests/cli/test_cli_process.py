@@ -12,6 +12,14 @@ from pathlib import Path
 
 from streamkit.log.manager import LogManager
 
+
+def interruptible() -> None:
+    """In the child: Ctrl-C (SIGINT) interrupts it. A shell that starts a job in the
+    background (``make test &``, nohup, some CI runners) sets SIGINT to ignored, the child
+    inherits that and Python then installs no KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 STREAMKIT = Path(sys.executable).parent / "streamkit"  # the console script of this venv
 
 
@@ -99,7 +107,9 @@ def test_follow_until_interrupted_commits_the_group(run_process, tmp_path: Path)
     env = {**os.environ, "STREAMKIT_DATA_DIR": str(data)}
     args = [str(STREAMKIT), "consume", "live", "-f", "-g", "watchers", "--from-beginning", "--print-offsets"]
     args += ["--poll-interval-ms", "50"]  # --from-beginning: no race with the follower's start
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, preexec_fn=interruptible
+    )
     try:
         seen: list[bytes] = []
         for i in range(3):
