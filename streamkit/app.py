@@ -77,8 +77,8 @@ class App:
         """Declare a topic (see ``Topic`` for the options); declaring twice returns the first."""
         existing = self.topics.get(name)
         if existing is not None:
-            if options and options.get("value_type", existing.value_type) is not existing.value_type:
-                raise ConfigError(f"topic {name!r} is already declared with another value type")
+            if options:
+                _check_same(existing, Topic(self, name, **options), options)
             return existing
         topic = Topic(self, name, **options)
         self.topics[name] = topic
@@ -128,3 +128,24 @@ class App:
         """Run an async function once when a worker starts."""
         self.tasks.append(fn)
         return fn
+
+
+def _check_same(existing: Topic, again: Topic, options: dict[str, Any]) -> None:
+    """A topic declared twice must not differ in what the second declaration states: the
+    first one is what every declaration gets, so a silent difference would mean records
+    written or read with the wrong serializer or settings."""
+    differences = []
+    if "key_type" in options and again.key_type is not existing.key_type:
+        differences.append("key type")
+    if "value_type" in options and again.value_type is not existing.value_type:
+        differences.append("value type")
+    if ("key_serializer" in options or "key_type" in options) and again.key_serde.name != existing.key_serde.name:
+        differences.append(f"key serializer {existing.key_serde.name} vs {again.key_serde.name}")
+    if ("value_serializer" in options or "value_type" in options) and again.value_serde.name != existing.value_serde.name:
+        differences.append(f"value serializer {existing.value_serde.name} vs {again.value_serde.name}")
+    if options.get("partitions") is not None and again.partitions != existing.partitions:
+        differences.append(f"partitions {existing.partitions} vs {again.partitions}")
+    if {"retention", "compacted", "deleting", "config"} & options.keys() and again.config != existing.config:
+        differences.append(f"config {existing.config} vs {again.config}")
+    if differences:
+        raise ConfigError(f"topic {existing.name!r} is already declared with another " + ", ".join(differences))

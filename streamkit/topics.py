@@ -106,10 +106,12 @@ class Topic:
         self.name = name
         self.key_type = key_type
         self.value_type = value_type
-        self.key_serde = serde_for(key_serializer if key_serializer is not None else key_type)
-        # As in Faust: keys default to raw bytes, values to JSON.
+        # As in Faust: keys default to raw bytes, values to JSON. A serializer name and a type
+        # together (value_serializer="msgpack", value_type=Order) decode into that type.
+        self.key_serde = serde_for(key_serializer if key_serializer is not None else key_type, key_type)
         self.value_serde = serde_for(
-            value_serializer if value_serializer is not None else (value_type if value_type is not None else "json")
+            value_serializer if value_serializer is not None else (value_type if value_type is not None else "json"),
+            value_type,
         )
         self.partitions = partitions
         self.internal = internal

@@ -314,3 +314,26 @@ async def test_large_outputs_are_appended_in_batches_the_log_accepts(tmp_path) -
         assert part.high_watermark == 3000
     finally:
         await client.aclose()
+
+
+async def test_msgpack_typed_topics_and_a_bad_record_to_the_dead_letter_topic() -> None:
+    app = make_app()
+    orders = app.topic("orders-mp", key_type=str, value_type=Order, value_serializer="msgpack")
+    totals = app.topic("totals-mp", key_type=str, value_type=float, value_serializer="msgpack")
+    raw = sk.Topic(app, "orders-mp", key_type=str, value_serializer="raw")  # the same topic, as bytes
+
+    @app.agent(orders, sink=[totals])
+    async def amounts(stream: sk.Stream):  # type: ignore[no-untyped-def]
+        async for order in stream:
+            yield order.amount * 2
+
+    async with AppDriver(app) as driver:
+        await driver.send(orders, Order("o1", "ann", 1.5), key="o1")
+        await driver.send(raw, b"{not msgpack", key="bad")
+        await driver.send(orders, Order("o2", "bob", 2.0), key="o2")
+        await driver.process()
+        out = await driver.read(totals)
+        dead = await driver.read(app.dlq_topic)
+    assert [(e.key, e.value) for e in out] == [("o1", 3.0), ("o2", 4.0)]
+    assert [e.value for e in dead] == [b"{not msgpack"]
+    assert b"msgpack:Order" in dict(dead[0].headers)["streamkit.error"]
