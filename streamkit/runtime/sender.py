@@ -84,9 +84,18 @@ class RuntimeSender:
             timestamp_ms=timestamp_ms,
         )
 
-    def send_nowait(self, topic: Topic, key: Any, value: Any, timestamp_ms: int) -> Awaitable[None] | None:
-        """``send`` for the engine's per-record path (an agent's yielded values): no coroutine,
-        no acknowledgement (failures reach the commit protocol through ``flush``).
+    def send_nowait(
+        self,
+        topic: Topic,
+        key: Any,
+        value: Any,
+        timestamp_ms: int,
+        partition: int | None = None,
+        headers: Sequence[Header] = (),
+    ) -> Awaitable[None] | None:
+        """``send`` for the engine's per-record paths (an agent's yielded values, a
+        repartitioning pump): no coroutine, no acknowledgement (failures reach the commit
+        protocol through ``flush``). ``headers`` are already normalized.
 
         Returns ``None``, or an awaitable to wait on before sending more: the partition count
         is not known yet, or the producer applies back-pressure.
@@ -94,15 +103,24 @@ class RuntimeSender:
         name = topic.name
         placed = self._placed.get(name)
         if placed is None:
-            return self._send_later(topic, key, value, timestamp_ms)
+            return self._send_later(topic, key, value, timestamp_ms, partition, headers)
         key_bytes = topic.key_serde.dumps(key)
-        partition = placed.get(key_bytes) if key_bytes is not None else None
         if partition is None:
-            partition = self._choose(name, key_bytes, self._counts[name])
-        return self._producer.send_nowait(name, partition, key_bytes, topic.value_serde.dumps(value), timestamp_ms)
+            partition = placed.get(key_bytes) if key_bytes is not None else None
+            if partition is None:
+                partition = self._choose(name, key_bytes, self._counts[name])
+        else:
+            partition = self._place(name, key_bytes, self._counts[name], partition)
+        return self._producer.send_nowait(
+            name, partition, key_bytes, topic.value_serde.dumps(value), timestamp_ms, headers
+        )
 
-    async def _send_later(self, topic: Topic, key: Any, value: Any, timestamp_ms: int) -> None:
-        await self.send(topic, key=key, value=value, headers=None, timestamp_ms=timestamp_ms, partition=None)
+    async def _send_later(
+        self, topic: Topic, key: Any, value: Any, timestamp_ms: int, partition: int | None, headers: Sequence[Header]
+    ) -> None:
+        await self.send(
+            topic, key=key, value=value, headers=list(headers), timestamp_ms=timestamp_ms, partition=partition
+        )
 
     def _place(self, topic: str, key_bytes: bytes | None, count: int, partition: int | None) -> int:
         if partition is None:

@@ -127,16 +127,21 @@ class PartitionTask:
         return source
 
     async def _pump(self, upstream: Stream, target: Topic, key: KeyFn | None) -> None:
-        """Forward upstream events to ``target``; same partition number when not re-keyed."""
+        """Forward upstream events to ``target``; same partition number when not re-keyed.
+        Per record, the synchronous paths when they can: ``get_nowait`` and ``send_nowait``."""
         source = upstream._source
         get = upstream._get
+        nowait = upstream._nowait
         same_partition = key is None and self.worker.partition_count_of(target) == self.worker.partition_count_of(
             self.agent.topics[0]
         )
+        partition = self.partition if same_partition else None
         while True:
             source.ack()
             try:
-                event = await get(None)
+                event = nowait() if nowait is not None else None
+                if event is None:
+                    event = await get(None)
             except StreamEnd:
                 return
             except Exception as exc:
@@ -146,13 +151,13 @@ class PartitionTask:
             assert event is not None
             try:
                 new_key = event.key if key is None else key(event.value)
-                await target.send(
-                    key=new_key,
-                    value=event.value,
-                    headers=event.headers,
-                    timestamp=event.timestamp,
-                    partition=self.partition if same_partition else None,
-                )
+                sender = self.worker.runtime_sender
+                if sender is None:  # the worker stopped: Topic.send says so
+                    await target.send(key=new_key, value=event.value, timestamp=event.timestamp)
+                    continue
+                wait = sender.send_nowait(target, new_key, event.value, event.timestamp, partition, event.headers)
+                if wait is not None:
+                    await wait
             except Exception as exc:
                 if not await self._handle_failure(source, exc):
                     return

@@ -164,6 +164,11 @@ class Worker:
             count = await self._ensure(topic, topic.partitions or self.app.topic_partitions)
         return count
 
+    @property
+    def runtime_sender(self) -> RuntimeSender | None:
+        """The sender of the running worker (None before start and after stop)."""
+        return self._sender if self.app.sender is not None else None
+
     def partition_count_of(self, topic: Topic) -> int | None:
         return self._counts.get(topic.name)
 

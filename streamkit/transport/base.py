@@ -106,9 +106,15 @@ class Producer(Protocol):
         ...
 
     def send_nowait(
-        self, topic: str, partition: int, key: bytes | None, value: bytes | None, timestamp_ms: int
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int,
+        headers: Sequence[Header] = (),
     ) -> Awaitable[None] | None:
-        """Buffer one record (no headers) without a coroutine or an acknowledgement object:
+        """Buffer one record without a coroutine or an acknowledgement object:
         the engine's per-record path, which learns of failures from ``flush``. Returns
         ``None``, or an awaitable to wait on before sending more (back-pressure: the
         partition's backlog is full). The producer must be started."""

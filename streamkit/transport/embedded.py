@@ -198,10 +198,15 @@ class EmbeddedProducer:
         return BatchAck(batch.future, topic, partition, index, ts)
 
     def send_nowait(
-        self, topic: str, partition: int, key: bytes | None, value: bytes | None, timestamp_ms: int
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int,
+        headers: Sequence[Header] = (),
     ) -> Awaitable[None] | None:
-        ts = timestamp_ms
-        added, _index = self._add(topic, partition, key, value, (), ts)
+        added, _index = self._add(topic, partition, key, value, headers, timestamp_ms)
         if not added.full():
             return None
         tp = TopicPartition(topic, partition)

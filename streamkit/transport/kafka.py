@@ -199,11 +199,17 @@ class KafkaProducer:
         return BatchAck(batch.future, topic, partition, index, ts)
 
     def send_nowait(
-        self, topic: str, partition: int, key: bytes | None, value: bytes | None, timestamp_ms: int
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int,
+        headers: Sequence[Header] = (),
     ) -> Awaitable[None] | None:
         if not self._started:
             raise TransportError("the producer is not started")
-        _batch, _index, backlog = self._add(topic, partition, key, value, (), timestamp_ms)
+        _batch, _index, backlog = self._add(topic, partition, key, value, headers, timestamp_ms)
         return self._room((topic, partition)) if backlog else None
 
     def _add(

@@ -337,3 +337,23 @@ async def test_msgpack_typed_topics_and_a_bad_record_to_the_dead_letter_topic() 
     assert [(e.key, e.value) for e in out] == [("o1", 3.0), ("o2", 4.0)]
     assert [e.value for e in dead] == [b"{not msgpack"]
     assert b"msgpack:Order" in dict(dead[0].headers)["streamkit.error"]
+
+
+async def test_group_by_keeps_headers_and_event_time() -> None:
+    app = make_app()
+    src = app.topic("clicks", value_type=Order, partitions=2)
+    seen: list[tuple[object, list[tuple[str, bytes | None]], int]] = []
+
+    @app.agent(src)
+    async def by_user(stream: sk.Stream) -> None:
+        async for event in stream.group_by(Order.user).events():
+            seen.append((event.key, list(event.headers), event.timestamp))
+
+    async with AppDriver(app) as driver:
+        await driver.send(src, Order("o1", "ann", 1.0), key="o1", headers={"trace": "t1"}, timestamp=1_700_000_000_123)
+        await driver.send(src, Order("o2", "bob", 2.0), key="o2", timestamp=1_700_000_000_456)
+        await driver.process()
+    assert sorted(seen, key=lambda s: s[2]) == [
+        ("ann", [("trace", b"t1")], 1_700_000_000_123),
+        ("bob", [], 1_700_000_000_456),
+    ]
