@@ -72,21 +72,24 @@ class StrSerde:
             raise SerdeError(f"value is not UTF-8: {exc}") from exc
 
 
-class JsonSerde:
-    """JSON on the wire; with ``type_`` (a ``Record`` subclass, int, ...) decoded and validated
-    into that type, else into plain JSON values."""
+class _MsgspecSerde:
+    """A msgspec wire format; with ``type_`` (a ``Record`` subclass, int, ...) decoded and
+    validated into that type, else into plain values."""
+
+    format: str
+    _module: Any  # msgspec.json or msgspec.msgpack: the same Encoder/Decoder API
 
     def __init__(self, type_: Any = Any) -> None:
         self.type = type_
-        self.name = "json" if type_ is Any else f"json:{getattr(type_, '__name__', type_)}"
-        self._encoder = msgspec.json.Encoder()
-        self._decoder = msgspec.json.Decoder(type_)
+        self.name = self.format if type_ is Any else f"{self.format}:{getattr(type_, '__name__', type_)}"
+        self._encoder = self._module.Encoder()
+        self._decoder = self._module.Decoder(type_)
 
     def dumps(self, value: Any) -> bytes | None:
         if value is None:
             return None
         try:
-            return self._encoder.encode(value)
+            return self._encoder.encode(value)  # type: ignore[no-any-return]
         except (TypeError, msgspec.EncodeError) as exc:
             raise SerdeError(f"cannot encode {type(value).__name__} as {self.name}: {exc}") from exc
 
@@ -99,31 +102,18 @@ class JsonSerde:
             raise SerdeError(f"does not decode as {self.name}: {exc}") from exc
 
 
-class MsgpackSerde:
-    """MessagePack on the wire (msgspec): smaller and faster than JSON; with ``type_``
-    decoded and validated into that type, else into plain values."""
+class JsonSerde(_MsgspecSerde):
+    """JSON on the wire."""
 
-    def __init__(self, type_: Any = Any) -> None:
-        self.type = type_
-        self.name = "msgpack" if type_ is Any else f"msgpack:{getattr(type_, '__name__', type_)}"
-        self._encoder = msgspec.msgpack.Encoder()
-        self._decoder = msgspec.msgpack.Decoder(type_)
+    format = "json"
+    _module = msgspec.json
 
-    def dumps(self, value: Any) -> bytes | None:
-        if value is None:
-            return None
-        try:
-            return self._encoder.encode(value)
-        except (TypeError, msgspec.EncodeError) as exc:
-            raise SerdeError(f"cannot encode {type(value).__name__} as {self.name}: {exc}") from exc
 
-    def loads(self, data: bytes | None) -> Any:
-        if data is None:
-            return None
-        try:
-            return self._decoder.decode(data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise SerdeError(f"does not decode as {self.name}: {exc}") from exc
+class MsgpackSerde(_MsgspecSerde):
+    """MessagePack on the wire: smaller and faster than JSON."""
+
+    format = "msgpack"
+    _module = msgspec.msgpack
 
 
 _NAMED: dict[str, Serde] = {
