@@ -50,6 +50,7 @@ API_RANGES: dict[int, tuple[str, int, int]] = {
     26: ("EndTxn", 0, 1),
     28: ("TxnOffsetCommit", 0, 2),
     32: ("DescribeConfigs", 1, 2),
+    42: ("DeleteGroups", 0, 1),
 }
 
 _INT_TYPES = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "error_code"}

@@ -151,3 +151,26 @@ def test_kafka_python_admin_and_inferred_broker_version(broker: BrokerProcess, u
         assert unique not in admin.list_topics()
     finally:
         admin.close()
+
+
+def test_kafka_python_admin_deletes_an_empty_group_and_its_offsets(broker: BrokerProcess, unique: str) -> None:
+    from kafka import KafkaAdminClient, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    kp_produce(broker, unique, [b"x", b"y"])
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=unique)
+    consumer.commit({TopicPartition(unique, 0): OffsetAndMetadata(2, "", -1)})
+    consumer.close()
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        assert unique in {g["group_id"] for g in admin.list_groups()}
+        results = admin.delete_groups([unique, f"{unique}-unknown"])
+        assert results == {unique: "OK", f"{unique}-unknown": "GroupIdNotFoundError"}
+        assert unique not in {g["group_id"] for g in admin.list_groups()}
+    finally:
+        admin.close()
+    after = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=unique)
+    try:
+        assert after.committed(TopicPartition(unique, 0)) is None
+    finally:
+        after.close()

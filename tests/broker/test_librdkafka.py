@@ -172,3 +172,37 @@ def test_kcat_consumer_group(broker: BrokerProcess, unique: str) -> None:
     finally:
         consumer.close()
     assert committed.offset == 50
+
+
+def test_confluent_admin_deletes_groups(broker: BrokerProcess, unique: str) -> None:
+    """DeleteGroups as Kafka: a group with members is refused, an unknown one is not found,
+    an empty one goes with its committed offsets."""
+    from confluent_kafka.admin import AdminClient
+
+    produce_all(broker.bootstrap, unique, [b"a", b"b"])
+    idle, busy = f"{unique}-idle", f"{unique}-busy"
+    committer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": idle})
+    committer.commit(offsets=[TopicPartition(unique, 0, 2)], asynchronous=False)
+    committer.close()
+    member = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": busy, "auto.offset.reset": "earliest"})
+    member.subscribe([unique])
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while not member.assignment():  # joined: the group has a member
+            assert time.monotonic() < deadline
+            member.poll(0.2)
+        futures = admin.delete_consumer_groups([idle, busy, f"{unique}-never"], request_timeout=WAIT_S)
+        futures[idle].result(WAIT_S)
+        for group, code in ((busy, KafkaError.NON_EMPTY_GROUP), (f"{unique}-never", KafkaError.GROUP_ID_NOT_FOUND)):
+            with pytest.raises(Exception) as refused:
+                futures[group].result(WAIT_S)
+            assert refused.value.args[0].code() == code, refused.value
+    finally:
+        member.close()
+    again = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": idle})
+    try:
+        committed = again.committed([TopicPartition(unique, 0)], timeout=WAIT_S)[0]
+        assert committed.offset < 0  # no commit any more (OFFSET_INVALID)
+    finally:
+        again.close()

@@ -321,6 +321,32 @@ class GroupCoordinator:
             descriptions.append(description)
         return descriptions
 
+    async def delete_groups(self, group_ids: Iterable[str]) -> list[tuple[str, GroupErrorCode]]:
+        """DeleteGroups, as Kafka: a group with members is NON_EMPTY_GROUP; one with neither
+        members nor committed offsets is GROUP_ID_NOT_FOUND; otherwise the group and its
+        committed offsets are gone (tombstones in the offsets log)."""
+        group_ids = list(group_ids)
+        if (error := self._refusal()) is not None:
+            return [(g, error) for g in group_ids]
+        self.poll_timers()
+        stored = set(await self._in_store(self._store.groups))
+        results: list[tuple[str, GroupErrorCode]] = []
+        for group_id in group_ids:
+            if not group_id:
+                results.append((group_id, E.INVALID_GROUP_ID))
+                continue
+            outcome = self._registry.delete(group_id)
+            if outcome is E.NON_EMPTY_GROUP:
+                results.append((group_id, outcome))
+                continue
+            if outcome is None and group_id not in stored:
+                results.append((group_id, E.GROUP_ID_NOT_FOUND))
+                continue
+            if group_id in stored:
+                await self._in_store(self._store.delete_group, group_id)
+            results.append((group_id, E.NONE))
+        return results
+
     # -- plumbing ---------------------------------------------------------------------------
 
     def _refusal(self) -> GroupErrorCode | None:

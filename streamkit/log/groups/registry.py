@@ -141,6 +141,17 @@ class GroupRegistry:
             group = self._create(group_id)
         return group.validate_offset_commit(now_ms, member_id, generation_id, group_instance_id)
 
+    def delete(self, group_id: str) -> GroupErrorCode | None:
+        """Forget a group that has no members (DeleteGroups): NONE when it was known here,
+        NON_EMPTY_GROUP when it has members, None when this coordinator never saw it."""
+        group = self._groups.get(group_id)
+        if group is None:
+            return None
+        if group.state not in (GroupState.EMPTY, GroupState.DEAD):
+            return E.NON_EMPTY_GROUP
+        del self._groups[group_id]
+        return E.NONE
+
     def _unknown_group_error(self, group_id: str) -> GroupErrorCode:
         if not group_id:
             return E.INVALID_GROUP_ID

@@ -38,6 +38,10 @@ class GroupOffsetStore(Protocol):
         """Every group with committed offsets."""
         ...
 
+    def delete_group(self, group_id: str) -> None:
+        """Forget every committed offset of the group, durably."""
+        ...
+
 
 class MemoryOffsetStore:
     """A ``GroupOffsetStore`` in a dict; nothing survives the process.
@@ -65,3 +69,6 @@ class MemoryOffsetStore:
 
     def groups(self) -> list[str]:
         return list(self._offsets)
+
+    def delete_group(self, group_id: str) -> None:
+        self._offsets.pop(group_id, None)

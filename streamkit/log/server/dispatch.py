@@ -47,6 +47,7 @@ HANDLERS: dict[int, Handler] = {
     apis.SYNC_GROUP: group_apis.sync_group,
     apis.DESCRIBE_GROUPS: group_apis.describe_groups,
     apis.LIST_GROUPS: group_apis.list_groups,
+    apis.DELETE_GROUPS: group_apis.delete_groups,
     apis.API_VERSIONS: cluster.api_versions,
     apis.CREATE_TOPICS: admin.create_topics,
     apis.DELETE_TOPICS: admin.delete_topics,

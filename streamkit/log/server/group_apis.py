@@ -1,7 +1,7 @@
 """Consumer-group requests, translated to and from ``GroupCoordinator`` calls.
 
 JoinGroup v0-5, SyncGroup v0-3, Heartbeat v0-3, LeaveGroup v0-1, OffsetCommit v2-3,
-OffsetFetch v1-3, ListGroups v0-1 and DescribeGroups v0-3. The coordinator decides
+OffsetFetch v1-3, ListGroups v0-1, DescribeGroups v0-3 and DeleteGroups v0-1. The coordinator decides
 everything (membership, generations, timeouts, which commits are valid); this module only
 moves fields. JoinGroup and SyncGroup may wait here while the group rebalances; the
 connection answers nothing else meanwhile, as the protocol expects.
@@ -12,6 +12,9 @@ from __future__ import annotations
 from streamkit._core.types import TopicPartition
 from streamkit.log.server.codec import RequestHeader
 from streamkit.log.server.messages import (
+    DeleteGroupsDeletableGroupResult,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
     DescribeGroupsDescribedGroup,
     DescribeGroupsDescribedGroupMember,
     DescribeGroupsRequest,
@@ -196,4 +199,13 @@ async def describe_groups(
             )
             for d in descriptions
         ]
+    )
+
+
+async def delete_groups(
+    state: BrokerState, header: RequestHeader, request: DeleteGroupsRequest
+) -> DeleteGroupsResponse:
+    results = await state.coordinator.delete_groups(request.groups_names)
+    return DeleteGroupsResponse(
+        results=[DeleteGroupsDeletableGroupResult(group_id=g, error_code=e) for g, e in results]
     )

@@ -825,6 +825,29 @@ class DescribeConfigsResponse:
     results: list[DescribeConfigsResult] = field(default_factory=list)
 
 
+@dataclass(slots=True, kw_only=True)
+class DeleteGroupsRequest:
+    """DeleteGroups request, api key 42: fields of v1 (v0-v1 decode into it)."""
+
+    API_KEY: ClassVar[int] = 42
+    groups_names: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class DeleteGroupsDeletableGroupResult:
+    group_id: str = ""
+    error_code: int = 0
+
+
+@dataclass(slots=True, kw_only=True)
+class DeleteGroupsResponse:
+    """DeleteGroups response, api key 42: fields of v1 (encodes as v0-v1)."""
+
+    API_KEY: ClassVar[int] = 42
+    throttle_time_ms: int = 0
+    results: list[DeleteGroupsDeletableGroupResult] = field(default_factory=list)
+
+
 # api key -> (request class, response class)
 MESSAGES: dict[int, tuple[type, type]] = {
     0: (ProduceRequest, ProduceResponse),
@@ -849,6 +872,7 @@ MESSAGES: dict[int, tuple[type, type]] = {
     26: (EndTxnRequest, EndTxnResponse),
     28: (TxnOffsetCommitRequest, TxnOffsetCommitResponse),
     32: (DescribeConfigsRequest, DescribeConfigsResponse),
+    42: (DeleteGroupsRequest, DeleteGroupsResponse),
 }
 
 # api key -> (lowest, highest) version these classes implement
@@ -875,4 +899,5 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     26: (0, 1),
     28: (0, 2),
     32: (1, 2),
+    42: (0, 1),
 }
