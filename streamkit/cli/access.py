@@ -91,6 +91,10 @@ class LogAccess(Protocol):
 
     def delete_topic(self, name: str) -> None: ...
 
+    def add_partitions(self, name: str, total: int) -> TopicState:
+        """Grow topic ``name`` to ``total`` partitions (never fewer)."""
+        ...
+
     def describe_topic(self, name: str) -> TopicState: ...
 
     def produce(
@@ -184,6 +188,10 @@ class EmbeddedAccess:
     def delete_topic(self, name: str) -> None:
         self._log().delete_topic(name)
 
+    def add_partitions(self, name: str, total: int) -> TopicState:
+        self._log().add_partitions(name, total)
+        return self.describe_topic(name)
+
     def describe_topic(self, name: str) -> TopicState:
         log = self._log()
         desc = log.describe_topic(name)
@@ -273,6 +281,10 @@ class BrokerAccess:
     def delete_topic(self, name: str) -> None:
         self._run(self._tools.delete_topic(name))
 
+    def add_partitions(self, name: str, total: int) -> TopicState:
+        self._run(self._tools.add_partitions(name, total))
+        return self.describe_topic(name)
+
     def describe_topic(self, name: str) -> TopicState:
         desc = self._run(self._tools.describe_topic(name))
         partitions = tuple(
@@ -355,6 +367,9 @@ class DataDirAccess:
 
     def delete_topic(self, name: str) -> None:
         self._access().delete_topic(name)
+
+    def add_partitions(self, name: str, total: int) -> TopicState:
+        return self._access().add_partitions(name, total)
 
     def describe_topic(self, name: str) -> TopicState:
         return self._access().describe_topic(name)

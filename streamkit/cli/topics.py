@@ -1,4 +1,4 @@
-"""``streamkit topics``: create, list, describe and delete topics."""
+"""``streamkit topics``: create, list, describe, alter and delete topics."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from streamkit.cli.common import count, human_bytes, log_target_options, parse_p
 
 @click.group()
 def topics() -> None:
-    """Create, list, describe and delete topics."""
+    """Create, list, describe, alter and delete topics."""
 
 
 @topics.command("create")
@@ -85,6 +85,23 @@ def format_topic(state: TopicState) -> str:
 
 def _known(value: int | None) -> str:
     return "-" if value is None else str(value)
+
+
+@topics.command("alter")
+@click.argument("name")
+@click.option(
+    "--partitions", "-p", type=click.IntRange(min=1), required=True,
+    help="The new number of partitions (a topic never shrinks).",
+)
+@log_target_options
+def alter(name: str, partitions: int, target: LogTarget) -> None:
+    """Grow topic NAME to --partitions partitions.
+
+    Records keep their partitions: keys sent from now on may hash to another one (as in Kafka).
+    """
+    with open_access(target, warn=warn) as access:
+        state = access.add_partitions(name, partitions)
+    click.echo(f"topic {name} now has {count(len(state.partitions), 'partition')}")
 
 
 @topics.command("delete")

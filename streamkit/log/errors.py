@@ -10,6 +10,7 @@
         UnknownTopicError           no such topic or partition
         TopicExistsError            create of a topic that exists
         InvalidTopicError           an unusable topic name or config
+          InvalidPartitionsError    a partition count the topic cannot take
         DataDirLockedError          another process owns the data directory
         LogClosedError              the log was closed
 """
@@ -61,6 +62,10 @@ class TopicExistsError(LogError):
 
 class InvalidTopicError(LogError):
     """The topic name or configuration cannot be used."""
+
+
+class InvalidPartitionsError(InvalidTopicError):
+    """A partition count a topic cannot take (a topic never shrinks)."""
 
 
 class DataDirLockedError(LogError):

@@ -39,6 +39,7 @@ from streamkit.log import compaction
 from streamkit.log.config import TopicConfig
 from streamkit.log.errors import (
     DataDirLockedError,
+    InvalidPartitionsError,
     InvalidTopicError,
     LogClosedError,
     LogError,
@@ -377,6 +378,35 @@ class LogManager:
             self._configs[name] = config
             for p in range(meta.partitions):
                 self._partitions[TopicPartition(name, p)].update_config(config)
+        return self.describe_topic(name)
+
+    def add_partitions(self, name: str, total: int) -> TopicDescription:
+        """Grow ``name`` to ``total`` partitions (Kafka's CreatePartitions: never fewer).
+
+        The new partitions' directories are made first, then the topic's metadata names them:
+        a crash in between leaves directories the next open ignores and the next growth (or a
+        re-creation) clears.
+        """
+        self._check_open()
+        if name in INTERNAL_TOPICS:
+            raise InvalidTopicError(f"internal topic {name!r} cannot change its partitions")
+        with self._lock:
+            meta = self._topics.get(name)
+            if meta is None:
+                raise UnknownTopicError(f"unknown topic {name!r}")
+            if total <= meta.partitions or total > 10_000:
+                raise InvalidPartitionsError(
+                    f"topic {name!r} has {meta.partitions} partitions: it can grow to at most 10000, "
+                    f"not to {total}"
+                )
+            config = self._configs[name]
+            for p in range(meta.partitions, total):
+                self._remove_dir(self.data_dir / f"{name}-{p}")
+                self._open_partition(name, p, config)
+            fsync_dir(self.data_dir)
+            meta = _TopicMeta(name, total, meta.config)
+            self._write_meta(meta)
+            self._topics[name] = meta
         return self.describe_topic(name)
 
     def has_topic(self, name: str) -> bool:

@@ -42,7 +42,7 @@ from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka import TopicPartition as KafkaTP
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import (
     KafkaConnectionError,
@@ -212,6 +212,24 @@ class KafkaTools:
         for topic, code, *rest in response.topic_errors:
             if topic == name and code:
                 raise _rejected(f"cannot create topic {name!r}", code, rest[0] if rest else None)
+
+    async def add_partitions(self, name: str, total: int) -> None:
+        """Grow topic ``name`` to ``total`` partitions (CreatePartitions)."""
+        admin = await self._admin_client()
+        try:
+            async with _errors(f"cannot add partitions to topic {name!r}"):
+                await admin.create_partitions({name: NewPartitions(total)})
+        except TransportError as exc:
+            # aiokafka raises on the response's error code, with the broker's message after
+            # its own "Could not create partitions for <topic>: " prefix.
+            cause = exc.__cause__
+            if getattr(cause, "errno", None) == _UNKNOWN_TOPIC:
+                raise TopicNotFoundError(name) from exc
+            if isinstance(cause, KafkaError) and cause.args:
+                broker_says = str(cause.args[0]).split(": ", 1)[-1]
+                raise _rejected(f"cannot add partitions to topic {name!r}", cause.errno, broker_says) from exc
+            raise
+        await self._forget(name)  # clients that cached the old partition count
 
     async def delete_topic(self, name: str) -> None:
         await self._forget(name)

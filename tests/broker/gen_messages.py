@@ -50,6 +50,7 @@ API_RANGES: dict[int, tuple[str, int, int]] = {
     26: ("EndTxn", 0, 1),
     28: ("TxnOffsetCommit", 0, 2),
     32: ("DescribeConfigs", 1, 2),
+    37: ("CreatePartitions", 0, 1),
     42: ("DeleteGroups", 0, 1),
 }
 

@@ -174,3 +174,17 @@ def test_kafka_python_admin_deletes_an_empty_group_and_its_offsets(broker: Broke
         assert after.committed(TopicPartition(unique, 0)) is None
     finally:
         after.close()
+
+
+def test_kafka_python_admin_adds_partitions(broker: BrokerProcess, unique: str) -> None:
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewPartitions, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        admin.create_topics([NewTopic(unique, num_partitions=1, replication_factor=1)])
+        admin.create_partitions({unique: NewPartitions(total_count=3)})
+        described = admin.describe_topics([unique])[0]
+        assert len(described["partitions"]) == 3
+    finally:
+        admin.close()

@@ -206,3 +206,35 @@ def test_confluent_admin_deletes_groups(broker: BrokerProcess, unique: str) -> N
         assert committed.offset < 0  # no commit any more (OFFSET_INVALID)
     finally:
         again.close()
+
+
+def test_confluent_admin_adds_partitions(broker: BrokerProcess, unique: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(unique, num_partitions=2, replication_factor=1)])[unique].result(WAIT_S)
+    admin.create_partitions([NewPartitions(unique, 4)], validate_only=True)[unique].result(WAIT_S)
+    assert len(admin.list_topics(unique, timeout=WAIT_S).topics[unique].partitions) == 2  # only validated
+    admin.create_partitions([NewPartitions(unique, 4)])[unique].result(WAIT_S)
+    assert len(admin.list_topics(unique, timeout=WAIT_S).topics[unique].partitions) == 4
+    for total, code in ((3, KafkaError.INVALID_PARTITIONS), (4, KafkaError.INVALID_PARTITIONS)):
+        with pytest.raises(Exception) as refused:
+            admin.create_partitions([NewPartitions(unique, total)])[unique].result(WAIT_S)
+        assert refused.value.args[0].code() == code, refused.value
+    with pytest.raises(Exception) as unknown:
+        admin.create_partitions([NewPartitions(f"{unique}-nope", 3)])[f"{unique}-nope"].result(WAIT_S)
+    assert unknown.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART, unknown.value
+    # The new partitions take records like the first ones.
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    producer.produce(unique, value=b"in-3", partition=3)
+    assert producer.flush(WAIT_S) == 0
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": unique})
+    consumer.assign([TopicPartition(unique, 3, 0)])
+    try:
+        deadline = time.monotonic() + WAIT_S
+        msg = None
+        while msg is None and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+        assert msg is not None and msg.error() is None and msg.value() == b"in-3"
+    finally:
+        consumer.close()

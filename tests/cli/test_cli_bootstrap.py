@@ -348,3 +348,26 @@ def test_locked_data_dir_goes_through_its_owner(tmp_path: Path) -> None:
     with LogManager(data, background=False) as log:
         assert sum(log.partition("owned", p).high_watermark for p in range(2)) == 3
         assert sum(o for _tp, (o, _m) in log.offsets.fetch("readers").items()) == 3
+
+
+@pytest.mark.parametrize("where", ["broker", "data-dir"])
+def test_topics_alter_adds_partitions(broker: BrokerProcess, tmp_path: Path, where: str) -> None:
+    target = ("--bootstrap", broker.bootstrap) if where == "broker" else ("--data-dir", str(tmp_path / "log"))
+    name = f"grow-{where}"
+    assert sk("topics", "create", name, "-p", "2", *target).exit_code == 0
+    assert sk("produce", name, "-p", "1", *target, input="kept\n").exit_code == 0
+    grown = sk("topics", "alter", name, "--partitions", "5", *target)
+    assert grown.exit_code == 0, grown.output
+    assert grown.stdout == f"topic {name} now has 5 partitions\n"
+    assert sk("produce", name, "-p", "4", *target, input="new\n").exit_code == 0
+    lines = sk("topics", "describe", name, *target).stdout.splitlines()
+    assert lines[0].startswith(f"Topic: {name}  Partitions: 5 ")
+    shrink = sk("topics", "alter", name, "--partitions", "3", *target)
+    assert shrink.exit_code == 2
+    one_line_error(shrink.stderr, "has 5 partitions", "not to 3")
+    unknown = sk("topics", "alter", f"{name}-nope", "--partitions", "3", *target)
+    assert unknown.exit_code == 2
+    one_line_error(unknown.stderr, f"{name}-nope")
+    missing = sk("topics", "alter", name, *target)
+    assert missing.exit_code == 2
+    one_line_error(missing.stderr, "--partitions")

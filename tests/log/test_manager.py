@@ -16,6 +16,7 @@ from streamkit._core.types import TopicPartition
 from streamkit.log.config import TopicConfig
 from streamkit.log.errors import (
     DataDirLockedError,
+    InvalidPartitionsError,
     InvalidTopicError,
     LogClosedError,
     TopicExistsError,
@@ -145,6 +146,41 @@ def test_topic_errors(tmp_log: LogManager) -> None:
         tmp_log.partition("nope", 0)
     with pytest.raises(InvalidTopicError):
         tmp_log.delete_topic(OFFSETS_TOPIC)
+
+
+def test_partitions_are_added_never_removed_and_persist(open_log: OpenLog) -> None:
+    log = open_log()
+    log.create_topic("grow", 2)
+    log.partition("grow", 1).append_records([NewRecord(None, b"kept", 0)])
+    assert log.add_partitions("grow", 5).partitions == 5
+    log.partition("grow", 4).append_records([NewRecord(None, b"new", 0)])
+    for total in (5, 3, 10_001):
+        with pytest.raises(InvalidPartitionsError, match="has 5 partitions"):
+            log.add_partitions("grow", total)
+    with pytest.raises(UnknownTopicError):
+        log.add_partitions("nope", 3)
+    with pytest.raises(InvalidTopicError, match="internal"):
+        log.add_partitions(OFFSETS_TOPIC, 100)
+    log.close()
+    log = open_log()
+    assert log.describe_topic("grow").partitions == 5
+    assert (values(log, "grow", 1), values(log, "grow", 4)) == ([b"kept"], [b"new"])
+
+
+def test_partitions_left_by_a_growth_cut_short_are_not_served(open_log: OpenLog) -> None:
+    """Directories made for new partitions before a crash (the metadata still says 1) are
+    ignored, and a later growth starts those partitions empty."""
+    log = open_log()
+    log.create_topic("t", 1)
+    log.add_partitions("t", 2)
+    log.partition("t", 1).append_records([NewRecord(None, b"orphan", 0)])
+    log.close()
+    meta = log.data_dir / ".meta" / "topics" / "t.json"
+    meta.write_text(meta.read_text().replace('"partitions":2', '"partitions":1'))
+    log = open_log()
+    assert log.describe_topic("t").partitions == 1
+    log.add_partitions("t", 2)
+    assert values(log, "t", 1) == []
 
 
 def test_a_recreated_topic_starts_empty(open_log: OpenLog) -> None:

@@ -1,4 +1,5 @@
-"""CreateTopics (v2-v4), DeleteTopics (v1-v3) and DescribeConfigs (v1-v2).
+"""CreateTopics (v2-v4), DeleteTopics (v1-v3), CreatePartitions (v0-v1) and DescribeConfigs
+(v1-v2).
 
 Topic configs travel under Kafka's names (``retention.ms``...) and are checked by
 ``TopicConfig.from_kafka``. On one node a replication factor of 1 (or -1, "the default",
@@ -11,11 +12,20 @@ lists the broker's settings.
 from __future__ import annotations
 
 from streamkit.log.config import TopicConfig
-from streamkit.log.errors import InvalidTopicError, TopicExistsError, UnknownTopicError
+from streamkit.log.errors import (
+    InvalidPartitionsError,
+    InvalidTopicError,
+    TopicExistsError,
+    UnknownTopicError,
+)
 from streamkit.log.manager import INTERNAL_TOPICS, validate_topic_name
 from streamkit.log.server.codec import RequestHeader
 from streamkit.log.server.error_codes import ErrorCode
 from streamkit.log.server.messages import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreatePartitionsTopic,
+    CreatePartitionsTopicResult,
     CreateTopicsCreatableTopic,
     CreateTopicsCreatableTopicResult,
     CreateTopicsRequest,
@@ -116,6 +126,53 @@ async def delete_topics(
 def _delete(state: BrokerState, name: str) -> None:
     state.log.delete_topic(name)
     state.producers.forget_topic(name)
+
+
+async def create_partitions(
+    state: BrokerState, header: RequestHeader, request: CreatePartitionsRequest
+) -> CreatePartitionsResponse:
+    names = [topic.name for topic in request.topics]
+    results = []
+    for topic in request.topics:
+        code: ErrorCode
+        message: str | None
+        if names.count(topic.name) > 1:
+            code, message = ErrorCode.INVALID_REQUEST, f"topic {topic.name!r} is named more than once"
+        else:
+            code, message = await _create_partitions(state, topic, request.validate_only)
+        results.append(CreatePartitionsTopicResult(name=topic.name, error_code=code, error_message=message))
+    return CreatePartitionsResponse(results=results)
+
+
+async def _create_partitions(
+    state: BrokerState, topic: CreatePartitionsTopic, validate_only: bool
+) -> tuple[ErrorCode, str | None]:
+    log = state.log
+    if topic.name in INTERNAL_TOPICS:
+        return ErrorCode.INVALID_REQUEST, f"internal topic {topic.name!r} cannot change its partitions"
+    if not log.has_topic(topic.name):
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic.name!r}"
+    current = log.describe_topic(topic.name).partitions
+    if not current < topic.count <= 10_000:
+        return (
+            ErrorCode.INVALID_PARTITIONS,
+            f"topic {topic.name!r} has {current} partitions: it can grow to at most 10000, not to {topic.count}",
+        )
+    if topic.assignments is not None:
+        node = state.config.node_id
+        if len(topic.assignments) != topic.count - current:
+            return ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"{topic.count - current} new partitions need as many assignments"
+        if any(a.broker_ids != [node] for a in topic.assignments):
+            return ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"every partition must be on broker {node}"
+    if validate_only:
+        return ErrorCode.NONE, None
+    try:
+        await state.run_blocking(log.add_partitions, topic.name, topic.count)
+    except UnknownTopicError as exc:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, str(exc)
+    except InvalidPartitionsError as exc:  # another request grew it meanwhile
+        return ErrorCode.INVALID_PARTITIONS, str(exc)
+    return ErrorCode.NONE, None
 
 
 async def describe_configs(

@@ -38,6 +38,7 @@ ADD_OFFSETS_TO_TXN = 25
 END_TXN = 26
 TXN_OFFSET_COMMIT = 28
 DESCRIBE_CONFIGS = 32
+CREATE_PARTITIONS = 37
 DELETE_GROUPS = 42
 
 # api key -> (min, max) advertised
@@ -60,6 +61,7 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     DELETE_TOPICS: (1, 3),
     INIT_PRODUCER_ID: (0, 1),
     DESCRIBE_CONFIGS: (1, 2),
+    CREATE_PARTITIONS: (0, 1),
     DELETE_GROUPS: (0, 1),
 }
 

@@ -53,6 +53,7 @@ HANDLERS: dict[int, Handler] = {
     apis.DELETE_TOPICS: admin.delete_topics,
     apis.INIT_PRODUCER_ID: produce.init_producer_id,
     apis.DESCRIBE_CONFIGS: admin.describe_configs,
+    apis.CREATE_PARTITIONS: admin.create_partitions,
     apis.ADD_PARTITIONS_TO_TXN: txn_apis.add_partitions_to_txn,
     apis.ADD_OFFSETS_TO_TXN: txn_apis.add_offsets_to_txn,
     apis.END_TXN: txn_apis.end_txn,

@@ -826,6 +826,44 @@ class DescribeConfigsResponse:
 
 
 @dataclass(slots=True, kw_only=True)
+class CreatePartitionsAssignment:
+    broker_ids: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class CreatePartitionsTopic:
+    name: str = ""
+    count: int = 0
+    assignments: list[CreatePartitionsAssignment] | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class CreatePartitionsRequest:
+    """CreatePartitions request, api key 37: fields of v1 (v0-v1 decode into it)."""
+
+    API_KEY: ClassVar[int] = 37
+    topics: list[CreatePartitionsTopic] = field(default_factory=list)
+    timeout_ms: int = 0
+    validate_only: bool = False
+
+
+@dataclass(slots=True, kw_only=True)
+class CreatePartitionsTopicResult:
+    name: str = ""
+    error_code: int = 0
+    error_message: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class CreatePartitionsResponse:
+    """CreatePartitions response, api key 37: fields of v1 (encodes as v0-v1)."""
+
+    API_KEY: ClassVar[int] = 37
+    throttle_time_ms: int = 0
+    results: list[CreatePartitionsTopicResult] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
 class DeleteGroupsRequest:
     """DeleteGroups request, api key 42: fields of v1 (v0-v1 decode into it)."""
 
@@ -872,6 +910,7 @@ MESSAGES: dict[int, tuple[type, type]] = {
     26: (EndTxnRequest, EndTxnResponse),
     28: (TxnOffsetCommitRequest, TxnOffsetCommitResponse),
     32: (DescribeConfigsRequest, DescribeConfigsResponse),
+    37: (CreatePartitionsRequest, CreatePartitionsResponse),
     42: (DeleteGroupsRequest, DeleteGroupsResponse),
 }
 
@@ -899,5 +938,6 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     26: (0, 1),
     28: (0, 2),
     32: (1, 2),
+    37: (0, 1),
     42: (0, 1),
 }
