@@ -300,21 +300,11 @@ class Partition:
         ``max_offset`` (exclusive) caps what is returned, for read_committed fetches.
         Raises ``OffsetOutOfRangeError`` outside [log_start_offset, high_watermark].
         """
-        segments, bases = self._view
-        hw = segments[-1].next_offset
-        start = segments[0].base_offset
-        if offset < start or offset > hw:
-            raise OffsetOutOfRangeError(offset, start, hw)
-        limit = hw if max_offset is None else min(max_offset, hw)
-        if offset >= limit:
-            return b""
-        i = max(0, bisect.bisect_right(bases, offset) - 1)
-        for seg in segments[i:]:
+        segments, limit = self._read_from(offset, max_offset)
+        for seg in segments:
             data = seg.read(offset, max_bytes)
             if data:
-                if max_offset is not None:
-                    data = _cap_at(data, limit)
-                return data
+                return _cap_at(data, limit) if max_offset is not None else data
         return b""
 
     def read_range(
@@ -322,6 +312,18 @@ class Partition:
     ) -> bytes | FileRange:
         """What ``read`` returns, or a ``FileRange`` naming the same bytes in a segment file
         when they were verified already (see ``Segment.read_range``), for ``sendfile``."""
+        segments, limit = self._read_from(offset, max_offset)
+        for seg in segments:
+            data = seg.read_range(offset, max_bytes)
+            if data:
+                if isinstance(data, FileRange):
+                    return _cap_range_at(data, limit)
+                return _cap_at(data, limit) if max_offset is not None else data
+        return b""
+
+    def _read_from(self, offset: int, max_offset: int | None) -> tuple[list[Segment], int]:
+        """The segments a read at ``offset`` looks in, in order (none when nothing lies
+        below the cap), and the cap: ``max_offset`` or the high watermark."""
         segments, bases = self._view
         hw = segments[-1].next_offset
         start = segments[0].base_offset
@@ -329,17 +331,9 @@ class Partition:
             raise OffsetOutOfRangeError(offset, start, hw)
         limit = hw if max_offset is None else min(max_offset, hw)
         if offset >= limit:
-            return b""
+            return [], limit
         i = max(0, bisect.bisect_right(bases, offset) - 1)
-        for seg in segments[i:]:
-            data = seg.read_range(offset, max_bytes)
-            if data:
-                if isinstance(data, FileRange):
-                    return _cap_range_at(data, limit)
-                if max_offset is not None:
-                    data = _cap_at(data, limit)
-                return data
-        return b""
+        return segments[i:], limit
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= ``timestamp``."""
