@@ -14,6 +14,7 @@ from typing import Any
 
 from streamkit._core.errors import ConfigError
 from streamkit.agents import Agent, AgentFn, Sink
+from streamkit.tables.table import Table
 from streamkit.topics import Sender, Topic, to_ms
 
 _APP_ID = re.compile(r"^[a-zA-Z0-9._-]{1,200}$")
@@ -65,6 +66,7 @@ class App:
         self.topic_partitions = topic_partitions
         self.topics: dict[str, Topic] = {}
         self.agents: dict[str, Agent] = {}
+        self.tables: dict[str, Table] = {}
         self.timers: list[Timer] = []
         self.tasks: list[Callable[[], Awaitable[Any]]] = []
         self.sender: Sender | None = None
@@ -83,6 +85,19 @@ class App:
         topic = Topic(self, name, **options)
         self.topics[name] = topic
         return topic
+
+    def Table(self, name: str, **options: Any) -> Table:  # Faust spells it with a capital
+        """Declare a table: keyed state, dict-like inside agents (see ``streamkit.tables``).
+
+        Options: ``default`` (a callable, like ``int``), ``key_type``, ``value_type``,
+        ``key_serializer``, ``value_serializer``, ``partitions``, ``store`` ("rocksdb" or
+        "memory"), ``standby_replicas``, ``help``.
+        """
+        if name in self.tables:
+            raise ConfigError(f"a table named {name!r} is already declared")
+        table = Table(self, name, **options)
+        self.tables[name] = table
+        return table
 
     def agent(
         self,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from streamkit.app import App
 from streamkit.runtime.inbox import Inbox, current_event
 from streamkit.runtime.probe import Hop, discover
 from streamkit.runtime.sender import RuntimeSender
+from streamkit.runtime.state import StateManager
 from streamkit.runtime.tasks import PartitionTask
 from streamkit.runtime.timers import TimerRunner
 from streamkit.streams import Event
@@ -68,6 +70,7 @@ class Worker:
         client: LogClient | None = None,
         clock: Clock = SYSTEM_CLOCK,
         run_timers: bool = True,
+        state_dir: str | None = None,
     ) -> None:
         self.app = app
         self.client = client or open_log_client(broker or app.broker, owner=True)
@@ -92,6 +95,9 @@ class Worker:
         self._started = False
         self._closed = False
         self.timers = TimerRunner(app.timers, clock)
+        self.state_manager = StateManager(
+            list(app.tables.values()), self.client, clock, state_dir or os.path.join(".streamkit-state", app.id)
+        )
 
     async def __aenter__(self) -> Worker:
         await self.start()
@@ -143,13 +149,18 @@ class Worker:
 
     async def _create_topics(self) -> None:
         default = self.app.topic_partitions
+        changelogs = self.state_manager.changelog_names
         for topic in list(self.app.topics.values()):
-            await self._ensure(topic, topic.partitions or default)
+            if topic.name not in changelogs:
+                await self._ensure(topic, topic.partitions or default)
+        most = default
         for agent in self.app.agents.values():
             source_count = self._counts[agent.topics[0].name]
+            most = max(most, *(self._counts[t.name] for t in agent.topics))
             for hop in self._hops[agent.name]:
                 target = self.hop_topic(agent, hop.topic, hop.name)
                 await self._ensure(target, target.partitions or source_count)
+        await self.state_manager.create_changelogs(self._ensure, most)
 
     async def _ensure(self, topic: Topic, partitions: int) -> int:
         count = await self.client.ensure_topic(topic.name, partitions, topic.config)
@@ -223,6 +234,7 @@ class Worker:
                 inbox = task.add_inbox(tp, topic)
                 inbox.on_low = self._resume
                 self._inboxes.setdefault(tp, []).append(inbox)
+        await self.state_manager.assign({tp.partition for tp in assigned})
         for task in fresh:
             task.start()
         logger.info("assigned %s", ", ".join(str(tp) for tp in sorted(assigned)) or "nothing")
@@ -237,6 +249,8 @@ class Worker:
         finally:
             for task in doomed:
                 task.close()
+        kept = {tp.partition for tp in self.assignment() if tp not in revoked}
+        await self.state_manager.revoke({tp.partition for tp in revoked} - kept)
         for task in doomed:
             self.tasks.pop((task.agent.name, task.partition), None)
             for tp, inbox in task.inboxes.items():
@@ -307,10 +321,14 @@ class Worker:
                     position = min(found)
                     if self._committed.get(tp) != position:
                         positions[tp] = position
-            if not positions or self._consumer is None or self._producer is None:
+            if self._consumer is None or self._producer is None:
+                return {}
+            outgoing = await self.state_manager.send_changes(self._producer)
+            if not positions and not outgoing:
                 return {}
             try:
                 await self._producer.flush()
+                await self.state_manager.store_changes(outgoing)
             except TransportError as exc:
                 # Something sent while processing these records was not stored. Committing
                 # would skip it for good: stop instead; a restart redoes the work from the
@@ -415,6 +433,7 @@ class Worker:
         finally:
             if self._consumer is not None:
                 await self._consumer.aclose()
+            await self.state_manager.aclose()
             if self._producer is not None:
                 await self._producer.aclose()
             self.app.sender = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import tempfile
 from datetime import datetime
@@ -24,13 +25,24 @@ class NotSettledError(StreamkitError):
 
 
 class AppDriver:
-    def __init__(self, app: App, *, start_ms: int = DEFAULT_START_MS, data_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        app: App,
+        *,
+        start_ms: int = DEFAULT_START_MS,
+        data_dir: str | None = None,
+        state_dir: str | None = None,
+    ) -> None:
+        """``data_dir``: the log's directory (default: a temporary one, deleted at exit);
+        ``state_dir``: the tables' local state (default: beside the log, ``<data_dir>.state``)."""
         self.app = app
         self.clock = ManualClock(start_ms)
         self._own_dir = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="streamkit-test-")
+        self.state_dir = state_dir or f"{self.data_dir.rstrip(os.sep)}.state"
+        self._own_state = state_dir is None and data_dir is None
         self.client = EmbeddedLogClient(self.data_dir, clock=self.clock)
-        self.worker = Worker(app, client=self.client, clock=self.clock, run_timers=False)
+        self.worker = Worker(app, client=self.client, clock=self.clock, run_timers=False, state_dir=self.state_dir)
         self._reader_seq = 0
 
     async def __aenter__(self) -> AppDriver:
@@ -43,6 +55,8 @@ class AppDriver:
         finally:
             if self._own_dir:
                 shutil.rmtree(self.data_dir, ignore_errors=True)
+            if self._own_state:
+                shutil.rmtree(self.state_dir, ignore_errors=True)
 
     async def send(
         self,

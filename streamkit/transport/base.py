@@ -153,6 +153,30 @@ class Consumer(Protocol):
     def position(self, tp: TopicPartition) -> int | None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class ReadChunk:
+    """Records of one partition from an offset on (see ``PartitionReader.read``)."""
+
+    records: Sequence[ConsumerRecord]  # in offset order; control records left out
+    next_offset: int  # where the next read starts (past control batches and compacted gaps)
+    high_watermark: int
+
+
+class PartitionReader(Protocol):
+    """Reads chosen partitions from chosen offsets, outside any consumer group (restoring
+    tables from their changelogs)."""
+
+    async def bounds(self, tp: TopicPartition) -> tuple[int, int]:
+        """The log start offset and the high watermark of ``tp``."""
+        ...
+
+    async def read(self, tp: TopicPartition, offset: int, max_records: int) -> ReadChunk:
+        """Records from ``offset`` on; empty with ``next_offset == offset`` at the end."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
 class LogClient(Protocol):
     url: str
 
@@ -171,6 +195,8 @@ class LogClient(Protocol):
     def producer(self) -> Producer: ...
 
     def consumer(self, group_id: str, *, auto_offset_reset: str = "earliest") -> Consumer: ...
+
+    def reader(self) -> PartitionReader: ...
 
 
 class DataDirOwnedError(TransportError):

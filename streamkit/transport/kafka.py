@@ -27,10 +27,12 @@ from streamkit.transport.base import (
     BatchAck,
     ConsumerRecord,
     Header,
+    ReadChunk,
     RebalanceListener,
     RecordMetadata,
     TransportError,
 )
+from streamkit.transport.kafka_tools import KafkaTools
 
 logger = logging.getLogger(__name__)
 # Full batches a partition may have waiting for hand-over before ``send`` waits.
@@ -38,6 +40,7 @@ MAX_QUEUED_BATCHES = 2
 # aiokafka's batch builder wants a list and only reads it: one shared empty list, rather than
 # a new one (a GC-tracked object) per record.
 _NO_HEADERS: list[tuple[str, bytes]] = []
+READ_MAX_BYTES = 4 * 1024 * 1024  # per fetch of a changelog being restored
 
 
 class KafkaLogClient:
@@ -105,8 +108,30 @@ class KafkaLogClient:
     def producer(self) -> KafkaProducer:
         return KafkaProducer(self.bootstrap_servers)
 
+    def reader(self) -> KafkaReader:
+        return KafkaReader(self.bootstrap_servers)
+
     def consumer(self, group_id: str, *, auto_offset_reset: str = "earliest") -> KafkaConsumer:
         return KafkaConsumer(self.bootstrap_servers, group_id, auto_offset_reset)
+
+
+class KafkaReader:
+    """A ``PartitionReader`` through a group-less consumer (``KafkaTools.fetch``)."""
+
+    def __init__(self, bootstrap_servers: str) -> None:
+        self._tools = KafkaTools(bootstrap_servers)
+
+    async def bounds(self, tp: TopicPartition) -> tuple[int, int]:
+        return await self._tools.offsets(tp.topic, tp.partition)
+
+    async def read(self, tp: TopicPartition, offset: int, max_records: int) -> ReadChunk:
+        result = await self._tools.fetch(tp.topic, tp.partition, offset, READ_MAX_BYTES)
+        records = result.records[:max_records]
+        next_offset = records[-1].offset + 1 if len(records) < len(result.records) else result.next_offset
+        return ReadChunk(records, next_offset, result.high_watermark)
+
+    async def aclose(self) -> None:
+        await self._tools.aclose()
 
 
 class _Batch:
