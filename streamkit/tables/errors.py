@@ -5,6 +5,8 @@
         PartitionNotHeldError  the key's partition is not held by this worker (retriable:
                                it may be assigned, or still restoring)
         CorruptStateError      local state that cannot be read; it is wiped and restored
+        StateLockedError       local state another open store holds (another worker on the
+                               same state directory); never wiped
 """
 
 from __future__ import annotations
@@ -27,3 +29,7 @@ class PartitionNotHeldError(TableError, KeyError):
 
 class CorruptStateError(TableError):
     """A state directory could not be read as a table partition's store."""
+
+
+class StateLockedError(TableError):
+    """A state directory is locked by another open store."""

@@ -148,8 +148,7 @@ async def open_partition(
         raise
     progress.done = True
     progress.seconds = time.monotonic() - began
-    if progress.records or progress.wiped:
-        logger.info(
+    logger.info(
             "table %s partition %d: restored %d records (offsets %d..%d) in %.2f s",
             spec.table, spec.partition, progress.records, progress.start_offset, progress.offset, progress.seconds,
         )

@@ -12,7 +12,8 @@ the same atomic batch as the data they describe:
 ``RocksStore`` is the only module that imports ``rocksdict``. Its data sit in RocksDB's default
 column family and the two facts in a column family of their own (``streamkit``), so no data
 key can collide with them. A directory RocksDB cannot open is reported as
-``CorruptStateError``; the state manager then wipes it and restores from the changelog.
+``CorruptStateError``; the state manager then wipes it and restores from the changelog. One
+locked by another open store is ``StateLockedError``, and is never wiped.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import shutil
 from collections.abc import Iterator, Sequence
 from typing import Protocol
 
-from streamkit.tables.errors import CorruptStateError
+from streamkit.tables.errors import CorruptStateError, StateLockedError
 
 Change = tuple[bytes, bytes | None]  # key, value (None deletes the key)
 
@@ -117,6 +118,10 @@ class RocksStore:
             self._meta = self._db.get_column_family(_META_CF)
             self._meta_handle = self._db.get_column_family_handle(_META_CF)
         except Exception as exc:  # rocksdict raises plain exceptions for every open failure
+            if "lock" in str(exc).lower():
+                # Another store (in this or another process) has it open: not damage, and
+                # never a reason to wipe it.
+                raise StateLockedError(f"the table state at {path} is in use by another worker: {exc}") from exc
             raise CorruptStateError(f"cannot open the table state at {path}: {exc}") from exc
         self._closed = False
 
@@ -168,7 +173,11 @@ class RocksStore:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            # The column family's handles share the database: drop them first, or RocksDB's
+            # lock outlives close().
+            del self._meta, self._meta_handle
             self._db.close()
+            del self._db
 
 
 def wipe(path: str) -> None:
