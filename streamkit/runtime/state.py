@@ -185,9 +185,11 @@ class StateManager:
                 if table.partition_count is None or p >= table.partition_count:
                     continue
                 progress = self.restores.get((table.name, p))
+                state = table.partition_state(p)
                 parts.append({
                     "partition": p,
-                    "state": "ready" if table.partition_state(p) is not None else "restoring",
+                    "state": "ready" if state is not None else "restoring",
+                    "keys": state.store.estimated_keys() if state is not None else None,
                     "restored_records": progress.records if progress else 0,
                     "restore_from": progress.start_offset if progress else None,
                     "restore_to": progress.end_offset if progress else None,

@@ -55,6 +55,10 @@ class KeyValueStore(Protocol):
 
     def set_identity(self, identity: str) -> None: ...
 
+    def estimated_keys(self) -> int:
+        """About how many keys the store holds (exact for memory, RocksDB's estimate)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -93,6 +97,9 @@ class MemoryStore:
 
     def set_identity(self, identity: str) -> None:
         self._identity = identity
+
+    def estimated_keys(self) -> int:
+        return len(self._data)
 
     def close(self) -> None:
         return None
@@ -169,6 +176,10 @@ class RocksStore:
 
     def set_identity(self, identity: str) -> None:
         self._meta.put(_IDENTITY_KEY, identity.encode())
+
+    def estimated_keys(self) -> int:
+        found = self._db.property_int_value("rocksdb.estimate-num-keys")
+        return int(found or 0)
 
     def close(self) -> None:
         if not self._closed:

@@ -195,8 +195,21 @@ class Table:
     def __setitem__(self, key: Any, value: Any) -> None:
         if value is None:
             raise TableError(f"table {self.name!r}: None is a tombstone; use del table[key]")
+        self._check(key, value)
         state, timestamp = self._write_target(key)
         state.set(key, value, timestamp)
+
+    def _check(self, key: Any, value: Any) -> None:
+        """A key or value of another type than declared is refused at once (inside an agent
+        the record then goes to the dead-letter topic), not when the commit encodes it."""
+        for what, expected, got in (("key", self.key_type, key), ("value", self.value_type, value)):
+            if isinstance(expected, type) and not isinstance(got, expected):
+                if expected is float and isinstance(got, int) and not isinstance(got, bool):
+                    continue
+                raise TableError(
+                    f"table {self.name!r}: {what} {got!r} is a {type(got).__name__}, "
+                    f"but the table's {what}s are {expected.__name__}"
+                )
 
     def __delitem__(self, key: Any) -> None:
         state, timestamp = self._write_target(key)
@@ -232,6 +245,7 @@ class Table:
         state, timestamp = self._write_target(key)
         value = state.get(key)
         if value is MISSING:
+            self._check(key, default)
             state.set(key, default, timestamp)
             return default
         return value

@@ -4,6 +4,9 @@
     GET /status     app, broker, assigned partitions, counters, committed positions, lag
     GET /topology   agents with their input, repartition and sink topics
     GET /metrics    the same counters in Prometheus' text format
+    GET /tables     the app's tables: partitions held here, ready or restoring, keys
+    GET /tables/{name}/{key}          {"key": ..., "value": ...}; 404 JSON when absent
+    GET /tables/{name}?prefix=&limit= a JSON list of {"key", "value"} held here
 
 Binds 127.0.0.1 unless told otherwise; only GET is served and request bodies are refused.
 """
@@ -16,6 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from streamkit.runtime.worker import Worker
+from streamkit.tables import query
 
 MAX_REQUEST_BYTES = 16 * 1024
 
@@ -49,6 +53,9 @@ class WebServer:
         app.router.add_get("/status", self._status)
         app.router.add_get("/topology", self._topology)
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/tables", self._tables)
+        app.router.add_get("/tables/{name}", self._table_scan)
+        app.router.add_get("/tables/{name}/{key}", self._table_get)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self._port)
@@ -78,7 +85,7 @@ class WebServer:
         return web.Response(text=json.dumps(data, indent=2) + "\n", status=status, content_type="application/json")
 
     async def _index(self, request: web.Request) -> web.Response:
-        return self._json({"endpoints": ["/health", "/status", "/topology", "/metrics"]})
+        return self._json({"endpoints": ["/health", "/status", "/topology", "/metrics", "/tables"]})
 
     async def _health(self, request: web.Request) -> web.Response:
         state = self.worker.state
@@ -99,6 +106,27 @@ class WebServer:
                 "lag": {str(tp): n for tp, n in sorted(w.lag().items())},
             }
         )
+
+    async def _tables(self, request: web.Request) -> web.Response:
+        return self._json({"app": self.worker.app.id, "tables": self.worker.state_manager.describe()})
+
+    async def _table_get(self, request: web.Request) -> web.Response:
+        try:
+            table = query.find_table(self.worker.app.tables, request.match_info["name"])
+            return self._json(query.lookup(table, request.match_info["key"]))
+        except query.QueryError as exc:
+            return self._json({"error": exc.message}, exc.status)
+
+    async def _table_scan(self, request: web.Request) -> web.Response:
+        try:
+            table = query.find_table(self.worker.app.tables, request.match_info["name"])
+            try:
+                limit = int(request.query.get("limit", "100"))
+            except ValueError:
+                raise query.QueryError(400, f"limit must be an integer, not {request.query['limit']!r}") from None
+            return self._json(query.scan(table, request.query.get("prefix", ""), limit))
+        except query.QueryError as exc:
+            return self._json({"error": exc.message}, exc.status)
 
     async def _topology(self, request: web.Request) -> web.Response:
         w = self.worker
