@@ -14,8 +14,11 @@ from typing import Any
 
 from streamkit._core.errors import ConfigError
 from streamkit.agents import Agent, AgentFn, Sink
+from streamkit.dsl import KStream, KTable, Pipeline, Source, compile_pipeline, table_stream
 from streamkit.tables.table import Table
 from streamkit.topics import Sender, Topic, to_ms
+
+_Table = Table  # the class, as annotations inside App (where ``Table`` is a method) name it
 
 _APP_ID = re.compile(r"^[a-zA-Z0-9._-]{1,200}$")
 ERROR_POLICIES = ("dlq", "stop")
@@ -66,7 +69,8 @@ class App:
         self.topic_partitions = topic_partitions
         self.topics: dict[str, Topic] = {}
         self.agents: dict[str, Agent] = {}
-        self.tables: dict[str, Table] = {}
+        self.tables: dict[str, _Table] = {}
+        self.topologies: list[Pipeline] = []  # declarative pipelines (app.stream), as data
         self.timers: list[Timer] = []
         self.tasks: list[Callable[[], Awaitable[Any]]] = []
         self.sender: Sender | None = None
@@ -86,7 +90,7 @@ class App:
         self.topics[name] = topic
         return topic
 
-    def Table(self, name: str, **options: Any) -> Table:  # Faust spells it with a capital
+    def Table(self, name: str, **options: Any) -> _Table:  # Faust spells it with a capital
         """Declare a table: keyed state, dict-like inside agents (see ``streamkit.tables``).
 
         Options: ``default`` (a callable, like ``int``), ``key_type``, ``value_type``,
@@ -98,6 +102,21 @@ class App:
         table = Table(self, name, **options)
         self.tables[name] = table
         return table
+
+    def stream(self, topic: Topic | str | _Table | KTable) -> KStream:
+        """A declarative stream of ``topic`` (or of a table's changes): see ``streamkit.dsl``."""
+        if isinstance(topic, (Table, KTable)):
+            return table_stream(self, topic.table if isinstance(topic, KTable) else topic)
+        return KStream(self, (Source(self.topic(topic) if isinstance(topic, str) else topic),))
+
+    def _register_pipeline(self, pipeline: Pipeline, name: str) -> None:
+        """Keep ``pipeline`` and run it as an agent named ``name`` (its table or sink topic)."""
+        topics, fn, sinks = compile_pipeline(pipeline)
+        if name in self.agents:
+            raise ConfigError(f"an agent named {name!r} is already declared (pipelines are named after their table or topic)")
+        fn.__name__ = name
+        self.agents[name] = Agent(self, fn, topics, name=name, sinks=sinks)
+        self.topologies.append(pipeline)
 
     def agent(
         self,

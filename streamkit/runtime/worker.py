@@ -153,14 +153,15 @@ class Worker:
         for topic in list(self.app.topics.values()):
             if topic.name not in changelogs:
                 await self._ensure(topic, topic.partitions or default)
-        most = default
+        # Tables' changelogs take the partitions of the agents' inputs (co-partitioning), so
+        # they come after the inputs and before the hops of agents that read them.
+        most = max([default, *(self._counts[t.name] for a in self.app.agents.values() for t in a.topics if t.name in self._counts)])
+        await self.state_manager.create_changelogs(self._ensure, most)
         for agent in self.app.agents.values():
             source_count = self._counts[agent.topics[0].name]
-            most = max(most, *(self._counts[t.name] for t in agent.topics))
             for hop in self._hops[agent.name]:
                 target = self.hop_topic(agent, hop.topic, hop.name)
                 await self._ensure(target, target.partitions or source_count)
-        await self.state_manager.create_changelogs(self._ensure, most)
 
     async def _ensure(self, topic: Topic, partitions: int) -> int:
         count = await self.client.ensure_topic(topic.name, partitions, topic.config)

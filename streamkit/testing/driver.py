@@ -73,21 +73,28 @@ class AppDriver:
         return await pending
 
     async def process(self, timeout: float = 10.0) -> None:
-        """Run until every record in the log was processed and everything sent is stored."""
+        """Run until every record in the log was processed and everything sent is stored.
+
+        A commit writes the tables' changes to their changelogs, which pipelines over a
+        table's changes (``to_stream``, table joins) read in turn: so this commits and looks
+        again until a commit leaves nothing new to process."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        settled_rounds = 0
-        while settled_rounds < 3:
-            for _ in range(5):
-                await asyncio.sleep(0)
+        while True:
+            settled_rounds = 0
+            while settled_rounds < 3:
+                for _ in range(5):
+                    await asyncio.sleep(0)
+                if await self.worker.settle():
+                    settled_rounds += 1
+                else:
+                    settled_rounds = 0
+                    await asyncio.sleep(0.001)
+                if loop.time() > deadline:
+                    raise NotSettledError(f"the app was still busy after {timeout} s")
+            await self.worker.commit()
             if await self.worker.settle():
-                settled_rounds += 1
-            else:
-                settled_rounds = 0
-                await asyncio.sleep(0.001)
-            if loop.time() > deadline:
-                raise NotSettledError(f"the app was still busy after {timeout} s")
-        await self.worker.commit()
+                return
 
     async def advance(self, seconds: float) -> None:
         """Move the clock forward, fire the timers that came due, and process."""
