@@ -111,11 +111,15 @@ class App:
 
     def _register_pipeline(self, pipeline: Pipeline, name: str) -> None:
         """Keep ``pipeline`` and run it as an agent named ``name`` (its table or sink topic)."""
-        topics, fn, sinks = compile_pipeline(pipeline)
-        if name in self.agents:
-            raise ConfigError(f"an agent named {name!r} is already declared (pipelines are named after their table or topic)")
-        fn.__name__ = name
-        self.agents[name] = Agent(self, fn, topics, name=name, sinks=sinks)
+        compiled = compile_pipeline(self, pipeline, name)
+        for stage in compiled:
+            if stage.name in self.agents:
+                raise ConfigError(
+                    f"an agent named {stage.name!r} is already declared (pipelines are named after their table or topic)"
+                )
+        for stage in compiled:
+            stage.fn.__name__ = stage.name
+            self.agents[stage.name] = Agent(self, stage.fn, stage.topics, name=stage.name, sinks=stage.sinks)
         self.topologies.append(pipeline)
 
     def agent(

@@ -61,7 +61,8 @@ class Source:
 
 @dataclass(frozen=True, slots=True)
 class Map:
-    """``kind``: "map" (fn(key, value) -> (key, value)), "map_values" (fn(value) -> value) or
+    """``kind``: "map" (fn(key, value) -> (key, value)), "map_values" (fn(value) -> value),
+    "flat_map" (fn(key, value) -> pairs), "flat_map_values" (fn(value) -> values) or
     "filter" (fn(value) -> keep?)."""
 
     kind: str
@@ -147,6 +148,14 @@ class KStream:
     def map_values(self, fn: Callable[[Any], Any]) -> KStream:
         return self._then(Map("map_values", _plain(fn, "map_values")))
 
+    def flat_map(self, fn: Callable[[Any, Any], Any]) -> KStream:
+        """Each record becomes the (key, value) pairs ``fn(key, value)`` returns (maybe none)."""
+        return self._then(Map("flat_map", _plain(fn, "flat_map")))
+
+    def flat_map_values(self, fn: Callable[[Any], Any]) -> KStream:
+        """Each record becomes one record per value ``fn(value)`` returns, with its key."""
+        return self._then(Map("flat_map_values", _plain(fn, "flat_map_values")))
+
     def filter(self, fn: Callable[[Any], Any]) -> KStream:
         return self._then(Map("filter", _plain(fn, "filter")))
 
@@ -163,7 +172,7 @@ class KStream:
 
     def group_by_key(self, *, name: str = "key") -> KGroupedStream:
         """Group by the current key; repartitions only when an earlier ``map`` changed keys."""
-        rekeyed = any(isinstance(n, Map) and n.kind == "map" for n in self.nodes)
+        rekeyed = any(isinstance(n, Map) and n.kind in ("map", "flat_map") for n in self.nodes)
         return KGroupedStream(self.app, (*self.nodes, GroupBy(None, name)) if rekeyed else self.nodes)
 
     def to(self, topic: Topic | str) -> None:
@@ -271,108 +280,138 @@ def _aggregate(
     return KTable(app, table, pipeline)
 
 
-# -- the worker's runner: a pipeline compiled to an agent ------------------------------------
+# -- the worker's runner: a pipeline compiled to agents ---------------------------------------
 
 
-def compile_pipeline(pipeline: Pipeline) -> tuple[list[Topic], Callable[[Stream], Any], list[Topic]]:
-    """(input topics, agent function, sinks) that run ``pipeline`` in a worker."""
+@dataclass(frozen=True, slots=True)
+class CompiledAgent:
+    """One agent a pipeline runs as: its name, inputs, function and sink topics."""
+
+    name: str
+    topics: list[Topic]
+    fn: Callable[[Stream], Any]
+    sinks: list[Topic]
+
+
+Pairs = list[tuple[Any, Any]]
+
+
+def compile_pipeline(app: App, pipeline: Pipeline, name: str) -> list[CompiledAgent]:
+    """The agents that run ``pipeline`` in a worker.
+
+    A pipeline without ``group_by`` is one agent. One with it is two, as Kafka Streams splits
+    a topology into sub-topologies at a repartition topic: the first runs the operators before
+    the grouping and writes each record keyed by its group to ``<app>-<name>-<by>-repartition``
+    (placed by the key's hash, like any keyed record); the second reads that topic, runs the
+    rest and aggregates, so each key meets one partition.
+    """
     source = pipeline[0]
     if not isinstance(source, Source):
         raise ConfigError("a pipeline starts at a source")
     terminal = pipeline[-1]
     middle = pipeline[1:-1]
-    split = next((i for i, n in enumerate(middle) if isinstance(n, GroupBy)), None)
-    before = middle if split is None else middle[:split]
-    group = None if split is None else middle[split]
-    after = () if split is None else middle[split + 1 :]
-    if any(isinstance(n, GroupBy) for n in after):
-        raise ConfigError("a pipeline groups once: aggregate, then start from the table's stream")
-    step_before = _step(before)
-    step_after = _step(after)
-
-    def chain(stream: Stream) -> Stream:
-        if step_before is not None:
-            stream = stream.pipe(step_before)
-        if isinstance(group, GroupBy):
-            stream = stream.group_by(group.fn, name=group.name) if group.fn else stream.group_by_key(name=group.name)
-        if step_after is not None:
-            stream = stream.pipe(step_after)
-        return stream
-
-    if isinstance(terminal, Sink):
-        async def forward(stream: Stream) -> Any:
-            async for value in chain(stream):
-                yield value
-
-        return [source.topic], forward, [terminal.topic]
     if isinstance(terminal, TableJoin):
         update = _table_join(terminal)
-        topics = [terminal.left.changelog_topic, terminal.right.changelog_topic]
 
         async def join_tables(stream: Stream) -> None:
             async for event in stream.events():
                 update(event)
 
-        return topics, join_tables, []
+        return [CompiledAgent(name, [terminal.left.changelog_topic, terminal.right.changelog_topic], join_tables, [])]
+    split = next((i for i, n in enumerate(middle) if isinstance(n, GroupBy)), None)
+    if split is None:
+        return [_stage(name, source.topic, middle, terminal)]
+    group = middle[split]
+    assert isinstance(group, GroupBy)
+    after = middle[split + 1 :]
+    if any(isinstance(n, GroupBy) for n in after):
+        raise ConfigError("a pipeline groups once: aggregate, then start from the table's stream")
+    before = middle[:split]
+    changed = any(isinstance(n, Map) and n.kind != "filter" for n in before)
+    repartition = app.topic(
+        f"{app.id}-{name}-{group.name}-repartition",
+        key_serializer="json",
+        # Values keep the source's serializer unless an operator may have changed their type.
+        value_serializer="json" if changed else source.topic.value_serde,
+        partitions=source.topic.partitions,
+        internal=True,
+    )
+    regroup = Map("map", lambda k, v, fn=group.fn: (fn(v), v)) if group.fn is not None else None
+    first = _stage(f"{name}-{group.name}", source.topic, (*before, *([regroup] if regroup else [])), Sink(repartition))
+    second = _stage(name, repartition, after, terminal)
+    return [first, second]
+
+
+def _stage(name: str, topic: Topic, nodes: tuple[Node, ...], terminal: Node) -> CompiledAgent:
+    run = _runner(nodes)
+    if isinstance(terminal, Sink):
+        async def forward(stream: Stream) -> Any:
+            # The worker sends what an agent yields with the current event's key and
+            # timestamp: set the key of each output on the event before yielding it.
+            async for event in stream.events():
+                for key, value in run(event.key, event.value):
+                    event.key = key
+                    yield value
+
+        return CompiledAgent(name, [topic], forward, [terminal.topic])
     if isinstance(terminal, Aggregate):
         apply = _aggregator(terminal)
 
         async def aggregate(stream: Stream) -> None:
-            async for event in chain(stream).events():
-                apply(event.key, event.value)
+            async for event in stream.events():
+                for key, value in run(event.key, event.value):
+                    apply(key, value)
 
-        return [source.topic], aggregate, []
+        return CompiledAgent(name, [topic], aggregate, [])
     raise ConfigError(f"a pipeline ends in a sink or a table, not {type(terminal).__name__}")
 
 
-def _step(nodes: tuple[Node, ...]) -> Callable[[Event], bool] | None:
-    """One function running ``nodes`` (maps, filters, joins) on an event in place."""
-    if not nodes:
-        return None
-    ops: list[Callable[[Event], bool]] = []
-    for node in nodes:
-        if isinstance(node, Map):
-            ops.append(_map_op(node))
-        elif isinstance(node, Join):
-            ops.append(_join_op(node))
-        else:
-            raise ConfigError(f"{type(node).__name__} cannot appear here in a pipeline")
+def _runner(nodes: tuple[Node, ...]) -> Callable[[Any, Any], Pairs]:
+    """One function running ``nodes`` (maps, flat maps, filters, joins) on a key and value:
+    the (key, value) pairs that come out (none when dropped, several after a flat map)."""
+    ops = [_op(node) for node in nodes]
+    if not ops:
+        return lambda key, value: [(key, value)]
+    if len(ops) == 1:
+        return ops[0]
 
-    def step(event: Event) -> bool:
-        return all(op(event) for op in ops)
+    def run(key: Any, value: Any) -> Pairs:
+        pairs = [(key, value)]
+        for op in ops:
+            out: Pairs = []
+            for k, v in pairs:
+                out.extend(op(k, v))
+            if not out:
+                return out
+            pairs = out
+        return pairs
 
-    return ops[0] if len(ops) == 1 else step
-
-
-def _map_op(node: Map) -> Callable[[Event], bool]:
-    fn = node.fn
-    if node.kind == "filter":
-        return lambda event: bool(fn(event.value))
-    if node.kind == "map_values":
-        def map_values(event: Event) -> bool:
-            event.value = fn(event.value)
-            return True
-
-        return map_values
-
-    def map_pair(event: Event) -> bool:
-        event.key, event.value = fn(event.key, event.value)
-        return True
-
-    return map_pair
+    return run
 
 
-def _join_op(node: Join) -> Callable[[Event], bool]:
-    table, joiner, inner = node.table, node.joiner, node.how == "inner"
+def _op(node: Node) -> Callable[[Any, Any], Pairs]:
+    if isinstance(node, Join):
+        table, joiner, inner = node.table, node.joiner, node.how == "inner"
 
-    def join(event: Event) -> bool:
-        other = table.get(event.key)
-        if other is None and inner:
-            return False
-        event.value = joiner(event.value, other)
-        return True
+        def join(key: Any, value: Any) -> Pairs:
+            other = table.get(key)
+            if other is None and inner:
+                return []
+            return [(key, joiner(value, other))]
 
-    return join
+        return join
+    if not isinstance(node, Map):
+        raise ConfigError(f"{type(node).__name__} cannot appear here in a pipeline")
+    fn, kind = node.fn, node.kind
+    if kind == "filter":
+        return lambda key, value: [(key, value)] if fn(value) else []
+    if kind == "map_values":
+        return lambda key, value: [(key, fn(value))]
+    if kind == "flat_map_values":
+        return lambda key, value: [(key, v) for v in fn(value)]
+    if kind == "flat_map":
+        return lambda key, value: [(k, v) for k, v in fn(key, value)]
+    return lambda key, value: [fn(key, value)]
 
 
 def _aggregator(node: Aggregate) -> Callable[[Any, Any], None]:

@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from streamkit._core.context import current_event
 from streamkit._core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -261,51 +260,9 @@ class Stream:
         key_fn, key_name = _key_function(key, name)
         return Stream(self._source.through(self, None, key_fn, key_name))
 
-    def group_by_key(self, *, name: str) -> Stream:
-        """Repartition by each event's current key (after an operator that changed keys):
-        through ``<app>-<agent>-<name>-repartition``, placed by the key's hash."""
-        return Stream(self._source.through(self, None, _current_key, name))
-
-    def pipe(self, step: Callable[[Event], bool]) -> Stream:
-        """Run ``step`` on each event; it may change the event's key and value in place, and
-        returns False to drop it. The declarative DSL compiles its operators to one step."""
-        up = self._get
-        release = self._source.release
-
-        async def get(timeout: float | None) -> Event | None:
-            loop = asyncio.get_running_loop()
-            deadline = None if timeout is None else loop.time() + timeout
-            while True:
-                left = None if deadline is None else max(0.0, deadline - loop.time())
-                event = await up(left)
-                if event is None or step(event):
-                    return event
-                release(event)
-
-        up_nowait = self._nowait
-        if up_nowait is None:
-            return self._chain(get)
-
-        def get_nowait() -> Event | None:
-            while True:
-                event = up_nowait()
-                if event is None or step(event):
-                    return event
-                release(event)
-
-        return self._chain(get, get_nowait)
-
     def through(self, topic: Topic) -> Stream:
         """Send the stream to ``topic`` and continue from what was written there."""
         return Stream(self._source.through(self, topic, None, topic.name))
-
-
-def _current_key(value: Any) -> Any:
-    """The key of the event being forwarded. A repartitioning pump reads its upstream one event
-    at a time, and the root source sets ``current_event`` to each event it hands out: the very
-    object the operators above changed in place, so its key is the current one."""
-    event = current_event.get()
-    return None if event is None else event.key
 
 
 class _Projected(Generic[T]):

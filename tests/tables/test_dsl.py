@@ -124,3 +124,25 @@ def test_declarative_functions_must_be_plain() -> None:
         app.stream(topic).map_values(upper)
     with pytest.raises(ConfigError, match="stream-table join is one of"):
         app.stream(topic).join(app.Table("x"), lambda a, b: a, how="outer")
+
+
+async def test_flat_map_rekeys_and_values_cross_the_repartition_as_json() -> None:
+    app = sk.App("dsl-flat")
+    baskets = app.topic("baskets", key_type=str, value_type=dict, partitions=3)
+    items = (
+        app.stream(baskets)
+        .flat_map(lambda user, basket: [(item, {"user": user, "n": n}) for item, n in basket.items()])
+        .group_by_key(name="item")
+        .aggregate("item_users", dict, lambda item, v, agg: {**agg, v["user"]: agg.get(v["user"], 0) + v["n"]})
+    )
+    async with AppDriver(app) as driver:
+        await driver.send(baskets, {"pen": 2, "ink": 1}, key="ann")
+        await driver.send(baskets, {"pen": 1}, key="bob")
+        await driver.send(baskets, {"pen": 3}, key="ann")
+        await driver.process()
+        assert dict(items.items()) == {"pen": {"ann": 5, "bob": 1}, "ink": {"ann": 1}}
+        repartitioned = await driver.read(app.topics["dsl-flat-item_users-item-repartition"])
+    assert sorted(e.key for e in repartitioned) == ["ink", "pen", "pen", "pen"]
+    # The definition is plain data the app keeps: the nodes, in order.
+    (pipeline,) = app.topologies
+    assert [type(n).__name__ for n in pipeline] == ["Source", "Map", "GroupBy", "Aggregate"]
