@@ -104,6 +104,7 @@ class WebServer:
                 "commits": w.stats.commits,
                 "committed": {str(tp): offset for tp, offset in sorted(w.committed.items())},
                 "lag": {str(tp): n for tp, n in sorted(w.lag().items())},
+                "tables": w.state_manager.describe(),
             }
         )
 
