@@ -103,6 +103,16 @@ class App:
         self.tables[name] = table
         return table
 
+    def GlobalTable(self, name: str, **options: Any) -> _Table:  # Faust spells it with a capital
+        """Declare a global table: every worker holds all of it, kept current from its
+        changelog, so any key can be looked up anywhere (joins with a key function, reference
+        data). Writes inside an agent go to the event's partition, as for ``Table``."""
+        if name in self.tables:
+            raise ConfigError(f"a table named {name!r} is already declared")
+        table = Table(self, name, is_global=True, **options)
+        self.tables[name] = table
+        return table
+
     def stream(self, topic: Topic | str | _Table | KTable) -> KStream:
         """A declarative stream of ``topic`` (or of a table's changes): see ``streamkit.dsl``."""
         if isinstance(topic, (Table, KTable)):

@@ -80,11 +80,13 @@ class GroupBy:
 
 @dataclass(frozen=True, slots=True)
 class Join:
-    """Stream-table join: each record with the table's value for its key."""
+    """Stream-table join: each record with the table's value for its key (or, for a global
+    table, for ``key(value)``)."""
 
     table: Table
     joiner: Callable[[Any, Any], Any]
     how: str
+    key: Callable[[Any], Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,13 +161,22 @@ class KStream:
     def filter(self, fn: Callable[[Any], Any]) -> KStream:
         return self._then(Map("filter", _plain(fn, "filter")))
 
-    def join(self, table: KTable | Table, joiner: Callable[[Any, Any], Any], *, how: str = "inner") -> KStream:
+    def join(
+        self, table: KTable | Table, joiner: Callable[[Any, Any], Any], *, how: str = "inner",
+        key: Callable[[Any], Any] | None = None,
+    ) -> KStream:
         """Each record joined with ``table``'s current value for its key (the table must be
         co-partitioned with the stream: same key, same partition count). ``how="inner"`` drops
-        a record whose key the table lacks; ``"left"`` passes ``None`` for it."""
+        a record whose key the table lacks; ``"left"`` passes ``None`` for it. With a global
+        table, ``key=fn`` looks up ``fn(value)`` instead (Kafka Streams' GlobalKTable join)."""
         if how not in JOIN_KINDS:
             raise ConfigError(f"a stream-table join is one of {JOIN_KINDS}, not {how!r}")
-        return self._then(Join(_table_of(table), _plain(joiner, "join"), how))
+        target = _table_of(table)
+        if key is not None and not target.is_global:
+            raise ConfigError(
+                f"join(key=...) needs a global table: {target.name!r} is partitioned like its stream"
+            )
+        return self._then(Join(target, _plain(joiner, "join"), how, _plain(key, "join key") if key else None))
 
     def group_by(self, fn: Callable[[Any], Any], *, name: str = "by") -> KGroupedStream:
         return KGroupedStream(self.app, (*self.nodes, GroupBy(_plain(fn, "group_by"), name)))
@@ -391,10 +402,10 @@ def _runner(nodes: tuple[Node, ...]) -> Callable[[Any, Any], Pairs]:
 
 def _op(node: Node) -> Callable[[Any, Any], Pairs]:
     if isinstance(node, Join):
-        table, joiner, inner = node.table, node.joiner, node.how == "inner"
+        table, joiner, inner, key_fn = node.table, node.joiner, node.how == "inner", node.key
 
         def join(key: Any, value: Any) -> Pairs:
-            other = table.get(key)
+            other = table.get(key if key_fn is None else key_fn(value))
             if other is None and inner:
                 return []
             return [(key, joiner(value, other))]

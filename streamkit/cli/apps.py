@@ -120,9 +120,11 @@ async def _run_worker(
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, worker.request_stop)
     try:
-        await worker.start()
         if web is not None:
+            # Serving first: the worker tells its group this address when it joins.
             await web.start()
+            worker.advertised_url = web.url
+        await worker.start()
         _banner(app, worker)
         if web is not None:
             info(f"  web: {web.url}")

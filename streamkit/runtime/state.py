@@ -34,6 +34,7 @@ from streamkit.topics import Topic
 from streamkit.transport.base import LogClient, PartitionReader, Producer, RecordMetadata
 
 logger = logging.getLogger(__name__)
+TAIL_INTERVAL_S = 0.2  # how often replicas look for new changelog records
 
 
 class _ReaderPort:
@@ -69,6 +70,11 @@ class StateManager:
         self._held: set[int] = set()
         self.restores: dict[tuple[str, int], RestoreProgress] = {}
         self._lock = asyncio.Lock()
+        # Replicas: partitions kept current from their changelogs but not written here
+        # (standbys of other workers' partitions, and every partition of a global table).
+        self._replicas: dict[tuple[str, int], TablePartition] = {}
+        self._standbys: set[int] = set()
+        self._tailer: asyncio.Task[None] | None = None
 
     @property
     def changelog_names(self) -> set[str]:
@@ -97,6 +103,16 @@ class StateManager:
             table.partition_count = count
             table.clock = self._clock
 
+    async def open_global_tables(self) -> None:
+        """Every partition of every global table, restored here and then kept current."""
+        async with self._lock:
+            for table in self.tables:
+                if table.is_global and table.partition_count is not None:
+                    for p in range(table.partition_count):
+                        state = await self._open_replica(table, p)
+                        table.attach(state)
+            self._ensure_tailer()
+
     # -- assignment ------------------------------------------------------------------------
 
     async def assign(self, partitions: set[int]) -> None:
@@ -111,18 +127,92 @@ class StateManager:
             port = _ReaderPort(self._reader)
             for p in fresh:
                 for table in self.tables:
-                    if table.partition_count is None or p >= table.partition_count:
+                    if table.is_global or table.partition_count is None or p >= table.partition_count:
                         continue
+                    standby = self._replicas.pop((table.name, p), None)
+                    if standby is not None:
+                        # Promoted: the warm copy is closed and reopened as the active
+                        # partition, which replays only what the copy had not seen yet.
+                        await asyncio.to_thread(standby.store.close)
                     progress = self.restores[(table.name, p)] = RestoreProgress(table.name, p)
                     state = await open_partition(self._spec(table, p), port, progress=progress)
                     table.attach(state)
                 self._held.add(p)
+                self._standbys.discard(p)
+
+    async def set_standbys(self, partitions: set[int]) -> None:
+        """Keep warm copies of these partitions of every table (``standby_replicas`` > 0),
+        and drop the copies of partitions no longer named."""
+        async with self._lock:
+            wanted = {
+                (t.name, p)
+                for t in self.tables
+                if t.standby_replicas and not t.is_global and t.partition_count is not None
+                for p in partitions - self._held
+                if p < t.partition_count
+            }
+            for key in [k for k in self._replicas if k not in wanted and not self._by_name(k[0]).is_global]:
+                state = self._replicas.pop(key)
+                await asyncio.to_thread(state.store.close)
+            for name, p in sorted(wanted - set(self._replicas)):
+                await self._open_replica(self._by_name(name), p)
+            self._standbys = {p for _name, p in wanted}
+            self._ensure_tailer()
+
+    @property
+    def standbys(self) -> set[int]:
+        return set(self._standbys)
+
+    def _by_name(self, name: str) -> Table:
+        return next(t for t in self.tables if t.name == name)
+
+    async def _open_replica(self, table: Table, p: int) -> TablePartition:
+        if self._reader is None:
+            self._reader = self._client.reader()
+        progress = self.restores[(table.name, p)] = RestoreProgress(table.name, p)
+        state = await open_partition(self._spec(table, p), _ReaderPort(self._reader), progress=progress)
+        self._replicas[(table.name, p)] = state
+        return state
+
+    def _ensure_tailer(self) -> None:
+        if self._replicas and (self._tailer is None or self._tailer.done()):
+            self._tailer = asyncio.ensure_future(self._tail())
+            self._tailer.set_name("streamkit:tables-tail")
+
+    async def _tail(self) -> None:
+        """Apply what each replica's changelog gained since the last look."""
+        while self._replicas:
+            async with self._lock:
+                await self.catch_up()
+            await asyncio.sleep(TAIL_INTERVAL_S)
+
+    async def catch_up(self) -> int:
+        """Bring every replica to its changelog's end now; returns the records applied."""
+        applied = 0
+        assert self._reader is not None or not self._replicas
+        for (name, p), state in list(self._replicas.items()):
+            topic = self._by_name(name).changelog_topic.name
+            assert self._reader is not None
+            port = _ReaderPort(self._reader)
+            offset = state.store.changelog_offset
+            if offset is None:
+                offset = (await port.bounds(topic, p))[0]
+            while True:
+                chunk = await port.read(topic, p, offset, 20_000)
+                if chunk.next_offset <= offset:
+                    break
+                await asyncio.to_thread(state.restore, chunk.changes, chunk.next_offset)
+                applied += len(chunk.changes)
+                offset = chunk.next_offset
+        return applied
 
     async def revoke(self, partitions: set[int]) -> None:
         """Close the tables' partitions in ``partitions`` (after the worker committed)."""
         async with self._lock:
             for p in sorted(partitions & self._held):
                 for table in self.tables:
+                    if table.is_global:
+                        continue
                     state = table.detach(p)
                     if state is not None:
                         await asyncio.to_thread(state.store.close)
@@ -159,6 +249,11 @@ class StateManager:
                 if state is None or not state.dirty:
                     continue
                 changes = state.take_changes()
+                if table.is_global:
+                    # Replicas apply every change (this worker's too) from the changelog, so
+                    # their offsets never claim records they have not applied.
+                    await _send(producer, topic, p, changes)
+                    continue
                 out.append(_Outgoing(state, changes, await _send(producer, topic, p, changes)))
         return out
 
@@ -171,7 +266,18 @@ class StateManager:
             item.state.stored(item.changes)
 
     async def aclose(self) -> None:
+        tailer, self._tailer = self._tailer, None
+        if tailer is not None:
+            tailer.cancel()
+            await asyncio.gather(tailer, return_exceptions=True)
         await self.revoke(set(self._held))
+        for table in self.tables:
+            if table.is_global:
+                for p in table.held_partitions:
+                    table.detach(p)
+        replicas, self._replicas = self._replicas, {}
+        for state in replicas.values():
+            await asyncio.to_thread(state.store.close)
         reader, self._reader = self._reader, None
         if reader is not None:
             await reader.aclose()
@@ -195,8 +301,15 @@ class StateManager:
                     "restore_to": progress.end_offset if progress else None,
                     "wiped": progress.wiped if progress else None,
                 })
+            for (name, p), _replica in sorted(self._replicas.items()):
+                if name == table.name and not table.is_global:
+                    parts.append({"partition": p, "state": "standby"})
+            if table.is_global:
+                parts = [{"partition": p, "state": "replica", "keys": s.store.estimated_keys()}
+                         for p in table.held_partitions if (s := table.partition_state(p)) is not None]
             out.append({
                 "name": table.name,
+                "global": table.is_global,
                 "changelog": table.changelog_topic.name,
                 "store": table.store_kind,
                 "partitions": table.partition_count,

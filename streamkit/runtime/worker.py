@@ -41,6 +41,7 @@ from streamkit.transport.base import (
     TransportError,
     open_log_client,
 )
+from streamkit.transport.placement import MemberInfo
 
 logger = logging.getLogger(__name__)
 FETCH_MAX_RECORDS = 10_000
@@ -71,6 +72,7 @@ class Worker:
         clock: Clock = SYSTEM_CLOCK,
         run_timers: bool = True,
         state_dir: str | None = None,
+        advertised_url: str | None = None,
     ) -> None:
         self.app = app
         self.client = client or open_log_client(broker or app.broker, owner=True)
@@ -95,6 +97,8 @@ class Worker:
         self._started = False
         self._closed = False
         self.timers = TimerRunner(app.timers, clock)
+        # The URL of this worker's HTTP API, told to the group so others route queries here.
+        self.advertised_url = advertised_url
         self.state_manager = StateManager(
             list(app.tables.values()), self.client, clock, state_dir or os.path.join(".streamkit-state", app.id)
         )
@@ -127,6 +131,8 @@ class Worker:
         if inputs:
             consumer = self.client.consumer(self.app.id, auto_offset_reset=self.app.auto_offset_reset)
             consumer.subscribe(inputs, self)
+            standby = max((t.standby_replicas for t in self.app.tables.values()), default=0)
+            consumer.advertise(MemberInfo(self.advertised_url, standby))
             self._consumer = consumer
             await consumer.start()
             self._spawn(self._fetch_loop(), "fetch")
@@ -157,6 +163,7 @@ class Worker:
         # they come after the inputs and before the hops of agents that read them.
         most = max([default, *(self._counts[t.name] for a in self.app.agents.values() for t in a.topics if t.name in self._counts)])
         await self.state_manager.create_changelogs(self._ensure, most)
+        await self.state_manager.open_global_tables()
         for agent in self.app.agents.values():
             source_count = self._counts[agent.topics[0].name]
             for hop in self._hops[agent.name]:
@@ -236,6 +243,9 @@ class Worker:
                 inbox.on_low = self._resume
                 self._inboxes.setdefault(tp, []).append(inbox)
         await self.state_manager.assign({tp.partition for tp in assigned})
+        group = self._consumer.group_info() if self._consumer is not None else None
+        if group is not None:
+            await self.state_manager.set_standbys(set(group.standbys))
         for task in fresh:
             task.start()
         logger.info("assigned %s", ", ".join(str(tp) for tp in sorted(assigned)) or "nothing")
@@ -450,6 +460,11 @@ class Worker:
         if self._closed or self._stop.is_set():
             return "stopped"
         return "running" if self._started else "starting"
+
+    def owner_url(self, partition: int) -> str | None:
+        """The advertised URL of the worker that owns ``partition`` (per the last assignment)."""
+        group = self._consumer.group_info() if self._consumer is not None else None
+        return None if group is None else group.owners.get(partition)
 
     def assignment(self) -> set[TopicPartition]:
         return self._consumer.assignment() if self._consumer is not None else set()

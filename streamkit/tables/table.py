@@ -57,6 +57,7 @@ class Table:
         store: str = "rocksdb",
         standby_replicas: int = 0,
         help: str = "",
+        is_global: bool = False,
     ) -> None:
         if default is not None and not callable(default):
             raise ConfigError(f"table {name!r}: default must be callable (like int or list), not {default!r}")
@@ -74,6 +75,9 @@ class Table:
         self.value_type = value_type
         self.store_kind = kind
         self.standby_replicas = standby_replicas
+        # A global table: every worker holds every partition, kept current from the
+        # changelog, for lookups by any key (``app.GlobalTable``).
+        self.is_global = is_global
         self.help = help
         self.declared_partitions = partitions
         # Keys: a declared type's codec (str keys as UTF-8, as a str-keyed topic writes them,
@@ -165,7 +169,7 @@ class Table:
     def _read_target(self, key: Any) -> tuple[TablePartition | None, Any]:
         """Where ``key`` is and its value (``MISSING`` when no held partition has it)."""
         event: EventContext | None = current_event.get()
-        if event is not None:
+        if event is not None and not self.is_global:
             state = self._partitions.get(event.partition)
             if state is None:
                 raise PartitionNotHeldError(f"table {self.name!r} has no partition {event.partition} here")
@@ -278,7 +282,7 @@ class Table:
 
     def _scope(self) -> list[TablePartition]:
         event: EventContext | None = current_event.get()
-        if event is not None:
+        if event is not None and not self.is_global:
             state = self._partitions.get(event.partition)
             return [state] if state is not None else []
         return [self._partitions[p] for p in sorted(self._partitions)]

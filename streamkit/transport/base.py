@@ -22,6 +22,7 @@ from urllib.parse import urlparse
 
 from streamkit._core.errors import ConfigError, StreamkitError
 from streamkit._core.types import TopicPartition
+from streamkit.transport.placement import GroupInfo, MemberInfo
 
 Header = tuple[str, bytes | None]
 
@@ -127,6 +128,14 @@ class Producer(Protocol):
 
 class Consumer(Protocol):
     def subscribe(self, topics: Sequence[str], listener: RebalanceListener) -> None: ...
+
+    def advertise(self, info: MemberInfo) -> None:
+        """What this member tells the group (before ``start``): its URL, its standby wishes."""
+        ...
+
+    def group_info(self) -> GroupInfo | None:
+        """Owners and standbys from the last assignment (None before the first)."""
+        ...
 
     async def start(self) -> None: ...
 

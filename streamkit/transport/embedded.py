@@ -36,6 +36,7 @@ from streamkit.transport.base import (
     RecordMetadata,
     TransportError,
 )
+from streamkit.transport.placement import GroupInfo, MemberInfo
 
 MAX_BATCH_RECORDS = 2000
 # Well below max.message.bytes' default (1 MiB): a batch of large records is appended sooner.
@@ -326,10 +327,19 @@ class EmbeddedConsumer:
         self._paused: set[TopicPartition] = set()
         self._event = asyncio.Event()
         self._started = False
+        self._member = MemberInfo()
 
     def subscribe(self, topics: Sequence[str], listener: RebalanceListener) -> None:
         self._topics = list(topics)
         self._listener = listener
+
+    def advertise(self, info: MemberInfo) -> None:
+        self._member = info
+
+    def group_info(self) -> GroupInfo | None:
+        """The only member owns every partition and keeps no standbys."""
+        counts = [len(self._client.log.partitions(t)) for t in self._topics] if self._started else []
+        return GroupInfo({p: self._member.url for p in range(max(counts, default=0))}, frozenset())
 
     def notify(self, tp: TopicPartition) -> None:
         if tp in self._positions:

@@ -5,7 +5,8 @@
     GET /topology   agents with their input, repartition and sink topics
     GET /metrics    the same counters in Prometheus' text format
     GET /tables     the app's tables: partitions held here, ready or restoring, keys
-    GET /tables/{name}/{key}          {"key": ..., "value": ...}; 404 JSON when absent
+    GET /tables/{name}/{key}          {"key": ..., "value": ...}; 404 JSON when absent; a key
+                    of a partition another worker owns is answered by asking that worker
     GET /tables/{name}?prefix=&limit= a JSON list of {"key", "value"} held here
 
 Binds 127.0.0.1 unless told otherwise; only GET is served and request bodies are refused.
@@ -16,12 +17,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 
 from streamkit.runtime.worker import Worker
 from streamkit.tables import query
 
 MAX_REQUEST_BYTES = 16 * 1024
+ROUTED_HEADER = "X-Streamkit-Routed-By"
+ROUTE_TIMEOUT_S = 5.0
 
 
 class WebServer:
@@ -114,9 +118,33 @@ class WebServer:
     async def _table_get(self, request: web.Request) -> web.Response:
         try:
             table = query.find_table(self.worker.app.tables, request.match_info["name"])
-            return self._json(query.lookup(table, request.match_info["key"]))
+            try:
+                return self._json(query.lookup(table, request.match_info["key"]))
+            except query.QueryError as exc:
+                if exc.status != 503 or ROUTED_HEADER in request.headers:
+                    raise
+                routed = await self._route(table.partition_of(query.parse_key(table, request.match_info["key"])), request)
+                if routed is None:
+                    raise
+                return routed
         except query.QueryError as exc:
             return self._json({"error": exc.message}, exc.status)
+
+    async def _route(self, partition: int, request: web.Request) -> web.Response | None:
+        """Ask the worker that owns ``partition`` (known from the group's assignment), once:
+        the routed request carries a header so it is never routed again."""
+        owner = self.worker.owner_url(partition)
+        if owner is None or owner.rstrip("/") == self.url:
+            return None
+        timeout = aiohttp.ClientTimeout(total=ROUTE_TIMEOUT_S)
+        try:
+            async with aiohttp.ClientSession(timeout=timeout) as http, http.get(
+                owner.rstrip("/") + request.rel_url.path_qs, headers={ROUTED_HEADER: self.url}
+            ) as response:
+                body = await response.read()
+                return web.Response(body=body, status=response.status, content_type="application/json")
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return self._json({"error": f"the owner of partition {partition} at {owner} did not answer: {exc}"}, 503)
 
     async def _table_scan(self, request: web.Request) -> web.Response:
         try:
