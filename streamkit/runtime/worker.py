@@ -22,9 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamkit._core.clock import SYSTEM_CLOCK, Clock
+from streamkit._core.errors import ConfigError
 from streamkit._core.types import TopicPartition
 from streamkit.agents import Agent
 from streamkit.app import App
+from streamkit.dsl import copartitioning_errors
 from streamkit.runtime.inbox import Inbox, current_event
 from streamkit.runtime.probe import Hop, discover
 from streamkit.runtime.sender import RuntimeSender
@@ -163,6 +165,9 @@ class Worker:
         # they come after the inputs and before the hops of agents that read them.
         most = max([default, *(self._counts[t.name] for a in self.app.agents.values() for t in a.topics if t.name in self._counts)])
         await self.state_manager.create_changelogs(self._ensure, most)
+        errors = copartitioning_errors(self.app.topologies, lambda t: self._counts.get(t.name))
+        if errors:
+            raise ConfigError("; ".join(errors))
         await self.state_manager.open_global_tables()
         for agent in self.app.agents.values():
             source_count = self._counts[agent.topics[0].name]
