@@ -57,6 +57,7 @@ from streamkit.transport.embedded import EmbeddedLogClient
 
 MIB = 1024 * 1024
 TOPIC = "bench"
+STREAMKIT = Path(sys.executable).parent / "streamkit"  # the installed console script, as users run it
 
 
 @dataclass
@@ -223,7 +224,7 @@ def read_all(partition: object) -> int:
 class BrokerProc:
     def __init__(self, data_dir: Path) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "streamkit.cli.broker", "--data-dir", str(data_dir), "--port", "0"],
+            [str(STREAMKIT), "broker", "--data-dir", str(data_dir), "--port", "0"],
             stdout=subprocess.PIPE, text=True,
         )
         assert self.proc.stdout is not None

@@ -23,7 +23,7 @@ from aiokafka.protocol.metadata import MetadataRequest_v1, MetadataRequest_v5
 from aiokafka.protocol.offset import OffsetRequest_v1
 from aiokafka.protocol.produce import ProduceRequest_v3, ProduceRequest_v7
 from aiokafka.protocol.transaction import InitProducerIdRequest_v0
-from broker_helpers import BrokerProcess, WireClient
+from broker_helpers import STREAMKIT, BrokerProcess, WireClient
 
 from streamkit.log.records import NewRecord, build_batch, iter_batches
 
@@ -318,10 +318,9 @@ def test_second_broker_on_a_used_port_or_data_dir_fails_with_one_line(
     broker: BrokerProcess, tmp_path: Path
 ) -> None:
     import subprocess
-    import sys
 
     same_port = subprocess.run(
-        [sys.executable, "-m", "streamkit.cli.broker", "--data-dir", str(tmp_path / "other"),
+        [str(STREAMKIT), "broker", "--data-dir", str(tmp_path / "other"),
          "--port", str(broker.port)],
         capture_output=True, text=True, timeout=30, check=False,
     )
@@ -329,7 +328,7 @@ def test_second_broker_on_a_used_port_or_data_dir_fails_with_one_line(
     assert "cannot listen on 127.0.0.1" in same_port.stderr
     assert "Traceback" not in same_port.stderr
     same_dir = subprocess.run(
-        [sys.executable, "-m", "streamkit.cli.broker", "--data-dir", str(broker.data_dir), "--port", "0"],
+        [str(STREAMKIT), "broker", "--data-dir", str(broker.data_dir), "--port", "0"],
         capture_output=True, text=True, timeout=30, check=False,
     )
     assert same_dir.returncode != 0
