@@ -33,6 +33,12 @@ from streamkit.log.server import Broker, BrokerConfig
               help="Serve the transaction APIs (exactly-once producers).")
 @click.option("--default-partitions", type=click.IntRange(1, 10_000), default=1, show_default=True,
               help="Partitions of auto-created topics and of CreateTopics with -1.")
+@click.option("--max-connections", type=click.IntRange(1, 1_000_000), default=1024, show_default=True,
+              help="Connections served at once; more are closed as they arrive.")
+@click.option("--request-timeout-ms", type=click.IntRange(min=1), default=30_000, show_default=True,
+              help="Close a connection whose request has not arrived whole this long after it began.")
+@click.option("--connections-max-idle-ms", type=click.IntRange(min=1), default=600_000, show_default=True,
+              help="Close a connection that sends no request (and has none running) this long.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="warning", show_default=True)
 def broker_command(
@@ -43,6 +49,9 @@ def broker_command(
     auto_create_topics: bool,
     transactions: bool,
     default_partitions: int,
+    max_connections: int,
+    request_timeout_ms: int,
+    connections_max_idle_ms: int,
     log_level: str,
 ) -> None:
     """Serve the log in --data-dir to Kafka clients over the Kafka wire protocol."""
@@ -57,6 +66,9 @@ def broker_command(
             auto_create_topics=auto_create_topics,
             transactions=transactions,
             default_partitions=default_partitions,
+            max_connections=max_connections,
+            request_timeout_ms=request_timeout_ms,
+            connections_max_idle_ms=connections_max_idle_ms,
         )
         asyncio.run(_serve(data_dir, config))
     except StreamkitError as exc:

@@ -68,7 +68,7 @@ class Broker:
         self._log: LogManager | None = None
         self._state: BrokerState | None = None
         self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task[None]] = set()
+        self._connections: dict[asyncio.Task[None], FrameProtocol] = {}
         self._stack = contextlib.AsyncExitStack()
         self._tasks: asyncio.TaskGroup | None = None
         self._background: list[asyncio.Task[None]] = []
@@ -154,6 +154,22 @@ class Broker:
         self._state = state
         if state.transactions is not None:
             self._background.append(self._tasks.create_task(self._expire_transactions(state.transactions)))
+        self._background.append(self._tasks.create_task(self._expire_connections()))
+
+    async def _expire_connections(self) -> None:
+        """Close connections stuck on an incomplete request or idle (``FrameProtocol.stale``)."""
+        request_timeout_s = self.config.request_timeout_ms / 1000
+        max_idle_s = self.config.connections_max_idle_ms / 1000
+        # A timeout is noticed at most one sweep late.
+        interval_s = min(1.0, request_timeout_s / 4, max_idle_s / 4)
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval_s)
+            now = loop.time()
+            for protocol in list(self._connections.values()):
+                reason = protocol.stale(now, request_timeout_s, max_idle_s)
+                if reason is not None:
+                    protocol.expire(reason)
 
     async def _expire_transactions(self, coordinator: TransactionCoordinator) -> None:
         while True:
@@ -170,8 +186,11 @@ class Broker:
             return
         # A task in our TaskGroup, so shutdown can cancel it cleanly.
         task = self._tasks.create_task(self._serve(protocol, dispatcher))
-        self._connections.add(task)
-        task.add_done_callback(self._connections.discard)
+        self._connections[task] = protocol
+        task.add_done_callback(self._forget)
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        self._connections.pop(task, None)
 
     async def _serve(self, protocol: FrameProtocol, dispatcher: Dispatcher) -> None:
         try:
