@@ -33,6 +33,7 @@ from streamkit.log.server import apis
 from streamkit.log.server.config import BrokerConfig
 from streamkit.log.server.connection import FrameProtocol, serve_connection
 from streamkit.log.server.dispatch import Dispatcher
+from streamkit.log.server.group_sync import GroupSync
 from streamkit.log.server.notifier import AppendNotifier
 from streamkit.log.server.state import BrokerState, load_cluster_id
 from streamkit.log.server.transactions import TransactionCoordinator
@@ -127,6 +128,8 @@ class Broker:
             state.transactions = TransactionCoordinator(
                 log, producers, state.producer_ids, state.run_blocking
             )
+        if self.config.durable:
+            state.group_sync = GroupSync(state.run_blocking)
         dispatcher = Dispatcher(state)
         try:
             await coordinator.start()

@@ -34,6 +34,10 @@ class BrokerConfig:
     # A connection that sends no request and has none in progress for this long is closed
     # (Kafka's connections.max.idle.ms, same default).
     connections_max_idle_ms: int = 600_000
+    # Acknowledge a produce (acks 1 or all) only once its records are fsynced, one fsync
+    # shared by the requests that arrived meanwhile (``group_sync.py``). Off: acknowledged
+    # means in the page cache, on disk within the topic's flush.ms.
+    durable: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
