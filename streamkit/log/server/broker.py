@@ -215,6 +215,9 @@ class Broker:
             task.cancel()
         await self._stack.aclose()  # waits for the connection tasks
         state = self._state
+        if state is not None and state.group_sync is not None:
+            sync = state.group_sync
+            logger.info("durable: %d fsync rounds for %d produce requests", sync.rounds, sync.requests)
         if state is not None:
             await state.coordinator.aclose()
             await state.drain_blocking()
