@@ -104,7 +104,6 @@ class _Field:
     name: str
     type: Any
     required: bool
-    record: type[Record] | None  # the field's record class, when it holds one (or None)
     text: bool  # the annotation is str (or Optional[str]): anything passes Faust's str()
 
 
@@ -150,7 +149,7 @@ class Record(msgspec.Struct, metaclass=RecordMeta):
         table = cls._field_table
         if table is None:  # resolved on first use: annotations may name classes declared later
             table = tuple(
-                _Field(f.name, f.type, f.required, _record_class(f.type), _is_text(f.type))
+                _Field(f.name, f.type, f.required, _is_text(f.type))
                 for f in msgspec.structs.fields(cls)
             )
             cls._field_table = table
@@ -218,11 +217,24 @@ def _field_value(cls: type[Record], field: _Field, value: Any, problems: list[st
         except msgspec.ValidationError as exc:
             problems.append(f"field {field.name!r} is not {_type_name(field.type)}: {exc}")
             return value
-    if field.record is not None and isinstance(value, Mapping):
-        try:
-            return field.record.from_data(value)
-        except RecordError as exc:
-            problems.append(f"field {field.name!r}: {exc}")
+    try:
+        return _nested(field.type, value)
+    except RecordError as exc:
+        problems.append(f"field {field.name!r}: {exc}")
+    return value
+
+
+def _nested(tp: Any, value: Any) -> Any:
+    """Records inside a value off its annotation, built by their own rules (Faust builds
+    related models, also in lists and dicts, when they are read)."""
+    record = _record_class(tp)
+    if record is not None:
+        return record.from_data(value) if isinstance(value, Mapping) else value
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (list, tuple, set, frozenset) and args and isinstance(value, list):
+        return [_nested(args[0], v) for v in value]
+    if origin is dict and len(args) == 2 and isinstance(value, dict):
+        return {k: _nested(args[1], v) for k, v in value.items()}
     return value
 
 
