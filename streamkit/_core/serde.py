@@ -31,7 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 import msgspec
 
 from streamkit._core.errors import StreamkitError
-from streamkit._core.record import Record, RecordError, reconstruct
+from streamkit._core.record import METADATA_KEY, Record, RecordError, reconstruct
 
 
 class SerdeError(StreamkitError, ValueError):
@@ -96,17 +96,23 @@ class _MsgspecSerde:
         self.name = self.format if type_ is Any else f"{self.format}:{getattr(type_, '__name__', type_)}"
         record = type_ if isinstance(type_, type) and issubclass(type_, Record) else None
         self._record = record
+        self._untyped = type_ is Any
         self._encoder = self._module.Encoder()
         # The fast path: msgspec decodes and checks in one pass; a record that fails it gets
         # Faust's field-by-field rules (Record.from_data) over the plain decoded data.
         self._decoder = self._module.Decoder(type_, strict=not (record is not None and record._options.coerce))
         self._plain = self._module.Decoder()
+        # Records of a class without include_metadata are encoded as they are, unchecked (the
+        # hot path); others are checked per value for a class that wants Faust's metadata.
+        self._check_metadata = self._untyped or (
+            record is not None and (record._options.include_metadata or bool(record.__subclasses__()))
+        )
 
     def dumps(self, value: Any) -> bytes | None:
         if value is None:
             return None
         try:
-            if isinstance(value, Record) and value._options.include_metadata:
+            if self._check_metadata and isinstance(value, Record) and value._options.include_metadata:
                 return self._encoder.encode(value.to_representation())  # type: ignore[no-any-return]
             return self._encoder.encode(value)  # type: ignore[no-any-return]
         except (TypeError, msgspec.EncodeError) as exc:
@@ -126,7 +132,7 @@ class _MsgspecSerde:
                 raise SerdeError(f"does not decode as {self.name}: {error}") from error
         except msgspec.DecodeError as exc:
             raise SerdeError(f"does not decode as {self.name}: {exc}") from exc
-        if self.type is Any:
+        if self._untyped and type(value) is dict and METADATA_KEY in value:
             try:
                 return reconstruct(value)
             except RecordError as error:
