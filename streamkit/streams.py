@@ -33,7 +33,7 @@ Header = tuple[str, bytes | None]
 class Event:
     """A record as the agent sees it: decoded key and value plus where it came from."""
 
-    # Subscriptable as Faust's (``Stream[Order]`` in annotations); a runtime alias only.
+    # Subscriptable as Faust's (``Event[Order]`` in annotations); a runtime alias only.
     def __class_getitem__(cls, item: Any) -> GenericAlias:
         return GenericAlias(cls, item)
 

@@ -1,4 +1,4 @@
-"""The faust-streaming half of the interoperability test (``test_interop.py``).
+"""The faust-streaming half of the interoperability test (``test_faust_interop.py``).
 
 Runs in the separate faust venv (never in streamkit's), started by the test as
 ``python faust_side.py worker --without-web -l info`` with its settings in the environment:
