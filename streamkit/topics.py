@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Mapping, Sequence
 from datetime import datetime, timedelta
+from types import GenericAlias
 from typing import TYPE_CHECKING, Any, Protocol
 
 from streamkit._core.errors import ConfigError, StreamkitError
@@ -84,6 +85,10 @@ class Topic:
     ('orders', 4, '3600000')
     """
 
+    # Subscriptable as Faust's (``Stream[Order]`` in annotations); a runtime alias only.
+    def __class_getitem__(cls, item: Any) -> GenericAlias:
+        return GenericAlias(cls, item)
+
     def __init__(
         self,
         app: App,
@@ -106,13 +111,10 @@ class Topic:
         self.name = name
         self.key_type = key_type
         self.value_type = value_type
-        # As in Faust: keys default to raw bytes, values to JSON. A serializer name and a type
-        # together (value_serializer="msgpack", value_type=Order) decode into that type.
-        self.key_serde = serde_for(key_serializer if key_serializer is not None else key_type, key_type)
-        self.value_serde = serde_for(
-            value_serializer if value_serializer is not None else (value_type if value_type is not None else "json"),
-            value_type,
-        )
+        # As in Faust: the topic's serializer, else the record class's, else the app's
+        # (key_serializer="raw", value_serializer="json" unless the app says otherwise).
+        self.key_serde = serde_for(key_serializer, key_type, default=app.conf.key_serializer)
+        self.value_serde = serde_for(value_serializer, value_type, default=app.conf.value_serializer)
         self.partitions = partitions
         self.internal = internal
         cfg = dict(config or {})
