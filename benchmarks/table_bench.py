@@ -403,15 +403,15 @@ class Recovery:
     cpu_s: float = 0.0
     note: str = ""
 
-    @property
-    def rate(self) -> float:
-        return self.keys / self.seconds if self.seconds > 0 else 0.0
-
     def line(self) -> str:
         extra = f"  [{self.note}]" if self.note else ""
         return (f"  {self.variant:<16} {self.case:<7} {self.seconds:7.3f} s start -> restored  "
                 f"(restore {self.restore_s:6.3f} s, {self.replayed:>9,} records replayed, "
-                f"{self.rate:>10,.0f} keys/s)  CPU {self.cpu_s:6.1f} s{extra}")
+                f"{per_second(self.replayed, self.seconds)} records/s)  CPU {self.cpu_s:6.1f} s{extra}")
+
+
+def per_second(count: float, seconds: float) -> str:
+    return f"{count / seconds:>10,.0f}" if count and seconds > 0 else f"{'-':>10}"
 
 
 async def run_recovery(
@@ -618,9 +618,10 @@ def report(
         for (variant, case), results in recovery.items():
             seconds = statistics.median(r.seconds for r in results)
             restore = statistics.median(r.restore_s for r in results)
+            replayed = statistics.median(r.replayed for r in results)
             each = ", ".join(f"{r.seconds:.3f}" for r in results)
-            print(f"  {variant:<16} {case:<7} {seconds:8.3f} s  (restore {restore:.3f} s; "
-                  f"{m / seconds:>10,.0f} keys/s)   runs: {each} s")
+            print(f"  {variant:<16} {case:<7} {seconds:8.3f} s  (restore {restore:.3f} s; {replayed:>9,.0f} "
+                  f"records replayed, {per_second(replayed, seconds)} records/s)   runs: {each} s")
         for variant in RECOVERY:
             replay, restart = recovery.get((variant, "replay")), recovery.get((variant, "restart"))
             if not (replay and restart):
@@ -630,10 +631,12 @@ def report(
             speedup = replay_s / restart_s if restart_s else 0.0
             print(f"  {variant}: restart {speedup:.1f}x faster than the full replay  "
                   f"goal >= 20x: {'met' if speedup >= 20 else 'MISSED'}")
-            per_million = replay_s * 1_000_000 / m
-            scaled = "" if m == 1_000_000 else f" (scaled from {m:,} keys: {replay_s:.2f} s)"
-            print(f"  {variant}: full replay of 1M keys {per_million:.2f} s{scaled}  "
-                  f"goal < 10 s: {'met' if per_million < 10 else 'MISSED'}")
+            if m == 1_000_000:
+                print(f"  {variant}: full replay of 1M keys {replay_s:.2f} s  "
+                      f"goal < 10 s: {'met' if replay_s < 10 else 'MISSED'}")
+            else:  # start-up costs do not scale: no verdict
+                print(f"  {variant}: full replay of {m:,} keys {replay_s:.2f} s  goal (1M keys < 10 s): "
+                      "judged with --keys 1000000 only")
     notes = [(r.variant, r.note) for runs in counting.values() for r in runs if r.note]
     notes += [(f"{r.variant} {r.case}", r.note) for runs in recovery.values() for r in runs if r.note]
     if notes:
