@@ -42,7 +42,7 @@ table is restored (``worker.state_manager.restores``, polled every 2 ms); group 
     python benchmarks/table_bench.py --records 200000 --keys 200000 --repeat 1 --faust-records 50000
     python benchmarks/table_bench.py --only embedded,broker --profile  # cProfile streamkit
 
-Goals (issue 5): streamkit through the broker >= 10x faust-streaming's events/s and >= 50% of
+Goals: streamkit through the broker >= 10x faust-streaming's events/s and >= 50% of
 the raw loop's; a clean restart recovers >= 20x faster than a full replay; a full replay of
 1M keys takes under 10 s.
 """
