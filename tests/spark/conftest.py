@@ -18,8 +18,8 @@ import pytest
 
 pytest.importorskip("pyspark", reason="the spark extra is not installed: pip install -e '.[spark]'")
 
-from streamkit.log.manager import LogManager  # noqa: E402
-from streamkit.log.records import NewRecord, Record  # noqa: E402
+from streamkit.log.manager import LogManager
+from streamkit.log.records import NewRecord, Record
 
 
 @pytest.fixture(scope="session")
