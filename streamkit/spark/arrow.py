@@ -90,10 +90,8 @@ def _to_batch(
     columns: list[pa.Array] = [
         pa.array([r.key for r in records], pa.binary()),
         value_column(values) if value_column else pa.array(values, pa.binary()),
-        pa.DictionaryArray.from_arrays(pa.array([0] * n, pa.int32()), pa.array([topic])).cast(pa.string())
-        if n
-        else pa.array([], pa.string()),
-        pa.array([partition] * n, pa.int32()),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
         pa.array([r.offset for r in records], pa.int64()),
         pc.multiply(pa.array([r.timestamp for r in records], pa.int64()), 1000).cast(
             pa.timestamp("us", tz="UTC")
@@ -106,6 +104,8 @@ def _to_batch(
 
 
 def _timestamp_types(n: int, kinds: list[tuple[int, bool]]) -> pa.Array:
+    if len(kinds) == 1:  # the usual case: one timestamp type for the whole batch
+        return pa.repeat(pa.scalar(1 if kinds[0][1] else 0, pa.int32()), n)
     out: list[int] = []
     for i, (begin, lat) in enumerate(kinds):
         stop = kinds[i + 1][0] if i + 1 < len(kinds) else n
@@ -115,7 +115,7 @@ def _timestamp_types(n: int, kinds: list[tuple[int, bool]]) -> pa.Array:
 
 def _headers(records: Sequence[Record]) -> pa.Array:
     if not any(r.headers for r in records):
-        offsets = pa.array([0] * (len(records) + 1), pa.int32())
+        offsets = pa.repeat(pa.scalar(0, pa.int32()), len(records) + 1)
         return pa.ListArray.from_arrays(offsets, pa.array([], HEADER_TYPE), type=HEADERS_TYPE)
     return pa.array(
         [[{"key": k, "value": v} for k, v in r.headers] for r in records], HEADERS_TYPE

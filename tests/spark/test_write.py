@@ -103,3 +103,17 @@ def test_write_through_the_owner_and_over_the_wire(spark: Any, broker: BrokerPro
     for _p, _o, _k, value in files_rows:
         counts[value] = counts.get(value, 0) + 1
     assert set(counts.values()) == {2}
+
+
+def test_write_compressed_batches(spark: Any, tmp_path: Path) -> None:
+    from streamkit.log import compression
+    from streamkit.log.reader import read_batches
+
+    data = tmp_path / "data"
+    _create(data, "packed", 1)
+    df = spark.createDataFrame([(f"v{i}" * 20,) for i in range(50)], "value string").coalesce(1)
+    _save(df, "packed", path=str(data), compression="zstd")
+    batches = list(read_batches(data, "packed", 0, 0))
+    assert batches and all(h.compression == compression.CODEC_IDS["zstd"] for h, _ in batches)
+    back = spark.read.format("streamkit").option("path", str(data)).option("topic", "packed").load()
+    assert sorted(bytes(r.value) for r in back.collect()) == sorted((f"v{i}" * 20).encode() for i in range(50))
