@@ -119,3 +119,16 @@ def test_write_to_a_missing_topic(spark: Any, tmp_path: Path) -> None:
     make_topic(tmp_path / "data", "t", 1, 1)
     with pytest.raises(Exception, match="no topic 'nope'"):
         _write(spark, spark.createDataFrame([(b"v",)], "value binary"), tmp_path / "data", "nope")
+
+
+def test_write_to_a_directory_held_by_a_process_that_serves_no_port(spark: Any, tmp_path: Path) -> None:
+    from streamkit.log.manager import LogManager
+
+    data = tmp_path / "data"
+    make_topic(data, "t", 1, 3)
+    before = log_records(data, "t")
+    df = spark.createDataFrame([(b"v",)], "value binary")
+    # The LogManager holds the lock and records no .owner.
+    with LogManager(data, background=False), pytest.raises(Exception, match="serves no wire port"):
+        _write(spark, df, data)
+    assert log_records(data, "t") == before
