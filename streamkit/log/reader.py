@@ -103,11 +103,13 @@ def partition_bounds(data_dir: str | os.PathLike[str], topic: str, partition: in
     if not segments:
         return 0, 0
     start = segments[0].base_offset
+    # A segment is created at the log end offset: an empty last one's base offset is the end.
+    newest = segments[-1].base_offset
     for seg in reversed(segments):
         end = _segment_end(seg, last=seg is segments[-1])
         if end is not None:
-            return start, max(start, end)
-    return start, start
+            return start, max(newest, end)
+    return start, newest
 
 
 def _segment_end(seg: SegmentFile, *, last: bool) -> int | None:

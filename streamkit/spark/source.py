@@ -48,6 +48,7 @@ from pyspark.sql.types import (
 
 from streamkit._core.errors import ConfigError
 from streamkit._core.partitioner import partition_for_key
+from streamkit.log.compression import CODEC_IDS
 from streamkit.log.errors import OffsetOutOfRangeError
 from streamkit.log.records import NewRecord
 from streamkit.spark.arrow import arrow_schema, column, record_batches
@@ -105,7 +106,7 @@ class StreamkitDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> StreamkitWriter:
         if overwrite:
             raise ConfigError("a streamkit topic is append-only: use mode('append')")
-        return StreamkitWriter(dict(self.options), schema)
+        return StreamkitWriter.create(dict(self.options), schema)
 
 
 # -- reading ------------------------------------------------------------------------------
@@ -352,16 +353,28 @@ def _as_bytes(value: bytes | str | None) -> bytes | None:
 
 
 class StreamkitWriter(DataSourceArrowWriter):
-    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+    def __init__(
+        self, path: str | None, bootstrap: str | None, topic: str, partitions: int, compression: str
+    ) -> None:
+        self.path, self.bootstrap, self.topic = path, bootstrap, topic
+        self.partitions = partitions
+        self.compression = compression
+
+    @classmethod
+    def create(cls, options: dict[str, str], schema: StructType) -> StreamkitWriter:
+        """A writer for ``options``, after checking (on the driver, before any task runs) the
+        DataFrame's columns and that the topic exists."""
         opts = SourceOptions.parse(options)
-        self.path, self.bootstrap, self.topic = opts.path, opts.bootstrap, opts.topic
-        self.compression = next((v for k, v in options.items() if k.lower() == "compression"), "none")
+        compression = next((v for k, v in options.items() if k.lower() == "compression"), "none")
+        if compression not in CODEC_IDS:
+            raise ConfigError(f"option compression must be one of {sorted(CODEC_IDS)}, not {compression!r}")
         check_write_schema(schema)
-        log = open_source_log(self.path, self.bootstrap, self.topic)
+        log = open_source_log(opts.path, opts.bootstrap, opts.topic)
         try:
-            self.partitions = log.partition_count()  # the topic must exist: checked here
+            partitions = log.partition_count()
         finally:
             log.close()
+        return cls(opts.path, opts.bootstrap, opts.topic, partitions, compression)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedRecords:
         from pyspark import TaskContext

@@ -132,3 +132,15 @@ def test_write_to_a_directory_held_by_a_process_that_serves_no_port(spark: Any, 
     with LogManager(data, background=False), pytest.raises(Exception, match="serves no wire port"):
         _write(spark, df, data)
     assert log_records(data, "t") == before
+
+
+def test_unknown_compression_on_write(spark: Any, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    make_topic(data, "t", 1, 3)
+    before = log_records(data, "t")
+    df = spark.createDataFrame([(b"v",)], "value binary")
+    with pytest.raises(Exception, match="option compression must be one of"):
+        df.write.format("streamkit").option("path", str(data)).option("topic", "t").option(
+            "compression", "brotli"
+        ).mode("append").save()
+    assert log_records(data, "t") == before
