@@ -247,9 +247,11 @@ class StreamkitStreamReader(DataSourceStreamReader):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin, stop = self._unwrap(start), self._unwrap(end)
+        # A partition added since the last batch is read from its log start.
+        new = self._ends() if set(stop) - set(begin) else {}
         out: list[InputPartition] = []
         for p, e in sorted(stop.items()):
-            s = begin.get(p, 0)  # a partition added since the last batch: from its start
+            s = begin[p] if p in begin else min(new.get(p, (0, 0))[0], e)
             for r in split_range(OffsetRange(p, s, e), self.opts.max_records_per_partition):
                 out.append(RangePartition(r.partition, r.start, r.end))
         return out
