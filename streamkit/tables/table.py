@@ -54,7 +54,7 @@ class Table:
         key_serializer: str | Serde | None = None,
         value_serializer: str | Serde | None = None,
         partitions: int | None = None,
-        store: str = "rocksdb",
+        store: str | None = None,
         standby_replicas: int = 0,
         help: str = "",
         is_global: bool = False,
@@ -63,6 +63,11 @@ class Table:
             raise ConfigError(f"table {name!r}: default must be callable (like int or list), not {default!r}")
         if partitions is not None and partitions < 1:
             raise ConfigError(f"table {name!r} needs at least one partition")
+        if store is None:
+            # The app's ``store`` setting (Faust's), when one was given; else RocksDB.
+            conf = getattr(app, "conf", None)
+            given = conf is not None and "store" in getattr(conf, "_given", ())
+            store = str(getattr(conf, "store", "")).split("://", 1)[0] if given else "rocksdb"
         kind = STORES.get(store)
         if kind is None:
             raise ConfigError(f"table {name!r}: store must be 'rocksdb' or 'memory', not {store!r}")
