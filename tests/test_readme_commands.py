@@ -1,7 +1,8 @@
 """Every command in the README's ```sh blocks runs as a user would type it.
 
 Each block runs line by line through bash, in a new temporary directory that holds the README's
-example app as ``shop.py``. The venv's ``bin`` is first on PATH, so ``streamkit`` is the
+example app as ``shop.py`` and the checkout's ``apps/`` (the README's commands run from the
+checkout). The venv's ``bin`` is first on PATH, so ``streamkit`` is the
 installed console script. A command added to a block is tested without touching this file.
 
 * Ports the block names (``127.0.0.1:N``, ``localhost:N``, ``--port N``, ``--web-port N``) are
@@ -217,6 +218,7 @@ def test_readme_block_runs(block: str, tmp_path: Path) -> None:
     cwd = tmp_path / "work"
     cwd.mkdir()
     (cwd / "shop.py").write_text(_shop_source())
+    (cwd / "apps").symlink_to(ROOT / "apps")  # the README's commands run from the checkout
     env = {k: v for k, v in os.environ.items() if k not in ("STREAMKIT_DATA_DIR", "STREAMKIT_BOOTSTRAP")}
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     session = Session(cwd, env)
