@@ -381,7 +381,7 @@ def compile_pipeline(app: App, pipeline: Pipeline, name: str) -> list[CompiledAg
 
 
 def _stage(name: str, topic: Topic, nodes: tuple[Node, ...], terminal: Node) -> CompiledAgent:
-    run = _runner(nodes)
+    run = runner(nodes)
     if isinstance(terminal, Sink):
         async def forward(stream: Stream) -> Any:
             # The worker sends what an agent yields with the current event's key and
@@ -404,7 +404,7 @@ def _stage(name: str, topic: Topic, nodes: tuple[Node, ...], terminal: Node) -> 
     raise ConfigError(f"a pipeline ends in a sink or a table, not {type(terminal).__name__}")
 
 
-def _runner(nodes: tuple[Node, ...]) -> Callable[[Any, Any], Pairs]:
+def runner(nodes: tuple[Node, ...]) -> Callable[[Any, Any], Pairs]:
     """One function running ``nodes`` (maps, flat maps, filters, joins) on a key and value:
     the (key, value) pairs that come out (none when dropped, several after a flat map)."""
     ops = [_op(node) for node in nodes]

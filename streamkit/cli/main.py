@@ -24,6 +24,7 @@ import click
 
 from streamkit._core.errors import StreamkitError
 from streamkit.cli.apps import agents, send, worker
+from streamkit.cli.backfill import backfill
 from streamkit.cli.broker import broker_command
 from streamkit.cli.consume import consume
 from streamkit.cli.logtools import log_
@@ -127,6 +128,7 @@ cli.add_command(worker)
 cli.add_command(agents)
 cli.add_command(send)
 cli.add_command(tables)
+cli.add_command(backfill)
 
 
 def main() -> None:

@@ -29,12 +29,15 @@ def spark() -> Iterator[Any]:
 
     from streamkit.spark import register
 
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # the driver and its workers on loopback only
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     session = (
         SparkSession.builder.master("local[2]")
         .appName("streamkit-tests")
         .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
         .config("spark.driver.memory", "1g")
