@@ -106,30 +106,24 @@ class App:
         ``key_serializer``, ``value_serializer``, ``partitions``, ``store`` ("rocksdb" or
         "memory"), ``standby_replicas``, ``help``.
         """
+        return self._declare_table(name, Table, options)
+
+    def _declare_table(self, name: str, kind: type[_Table], options: dict[str, Any]) -> _Table:
         if name in self.tables:
             raise ConfigError(f"a table named {name!r} is already declared")
-        table = Table(self, name, **options)
-        self.tables[name] = table
+        table = self.tables[name] = kind(self, name, **options)
         return table
 
     def SetTable(self, name: str, **options: Any) -> _Table:  # Faust spells it with a capital
         """Declare a table of sets: ``table[k].add(v)`` and the other in-place set operations
         are written back like assignments (``streamkit.tables.table.SetTable``)."""
-        if name in self.tables:
-            raise ConfigError(f"a table named {name!r} is already declared")
-        table = SetTable(self, name, **options)
-        self.tables[name] = table
-        return table
+        return self._declare_table(name, SetTable, options)
 
     def GlobalTable(self, name: str, **options: Any) -> _Table:  # Faust spells it with a capital
         """Declare a global table: every worker holds all of it, kept current from its
         changelog, so any key can be looked up anywhere (joins with a key function, reference
         data). Writes inside an agent go to the event's partition, as for ``Table``."""
-        if name in self.tables:
-            raise ConfigError(f"a table named {name!r} is already declared")
-        table = Table(self, name, is_global=True, **options)
-        self.tables[name] = table
-        return table
+        return self._declare_table(name, Table, {**options, "is_global": True})
 
     def stream(self, topic: Topic | str | _Table | KTable) -> KStream:
         """A declarative stream of ``topic`` (or of a table's changes): see ``streamkit.dsl``."""
