@@ -1,13 +1,16 @@
 """``Worker``: runs an app against a log through a transport.
 
-Lifecycle: ``start`` opens the transport, probes the agents' topologies, creates the topics,
-subscribes one consumer (group = app id) to every input and starts the loops; ``stop`` (or
-SIGTERM/Ctrl-C in the CLI) stops the tasks, commits what was processed and closes.
+Lifecycle: ``start`` opens the transport, probes the agents' topologies (``probe.py``),
+creates the topics, subscribes one consumer (group = app id) to every input and starts the
+loops; ``stop`` (or SIGTERM/Ctrl-C in the CLI) stops the tasks, commits what was processed and
+closes. The worker wires the parts together and owns the fetch and commit loops, forwarding
+of yielded values, dead letters and introspection; the parts live beside it:
 
-Commit protocol (at-least-once): every ``commit_interval`` the worker snapshots each input
-partition's commit position (see ``inbox.py``), *then* flushes the producer (so everything
-sent while processing records below those positions is acknowledged), *then* commits the
-snapshot. On revocation the same happens for the revoked partitions before they go.
+* ``assignment.py``: which partition tasks exist for which partitions, creating, stopping and
+  closing them on a rebalance;
+* ``commits.py``: the commit protocol (snapshot positions, flush the producer, commit; the
+  failure rule);
+* ``tasks.py``: one agent over one partition number, and its supervisor.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from streamkit._core.clock import SYSTEM_CLOCK, Clock
 from streamkit._core.types import TopicPartition
 from streamkit.agents import Agent
 from streamkit.app import App
+from streamkit.runtime.assignment import Assignment
+from streamkit.runtime.commits import Committer
 from streamkit.runtime.inbox import Inbox, current_event
 from streamkit.runtime.probe import Hop, discover
 from streamkit.runtime.sender import RuntimeSender
@@ -74,8 +79,13 @@ class Worker:
         self.clock = clock
         self._run_timers = run_timers
         self.stats = WorkerStats()
-        self.tasks: dict[tuple[str, int], PartitionTask] = {}
-        self._inboxes: dict[TopicPartition, list[Inbox]] = {}
+        self.task_assignment = Assignment(
+            lambda: self.app.agents.values(),
+            self.agent_inputs,
+            lambda agent, partition: PartitionTask(self, agent, partition),
+            self._resume,
+        )
+        self.committer = Committer(self.task_assignment.inboxes, self.fail, lambda: self._failure is not None)
         self._hops: dict[str, list[Hop]] = {}
         # Agents whose sinks are all topics: their yielded values take the sender's fast path.
         self._topic_sinks: dict[str, tuple[Topic, ...]] = {}
@@ -87,8 +97,6 @@ class Worker:
         self._loops: list[asyncio.Task[Any]] = []
         self._stop = asyncio.Event()
         self._failure: BaseException | None = None
-        self._commit_lock = asyncio.Lock()
-        self._committed: dict[TopicPartition, int] = {}
         self._started = False
         self._closed = False
         self.timers = TimerRunner(app.timers, clock)
@@ -122,6 +130,7 @@ class Worker:
             consumer = self.client.consumer(self.app.id, auto_offset_reset=self.app.auto_offset_reset)
             consumer.subscribe(inputs, self)
             self._consumer = consumer
+            self.committer.bind(producer, consumer)
             await consumer.start()
             self._spawn(self._fetch_loop(), "fetch")
             self._spawn(self._commit_loop(), "commit")
@@ -202,50 +211,26 @@ class Worker:
             inputs[target.name] = target
         return inputs
 
-    # -- rebalance -------------------------------------------------------------------------
+    # -- rebalance (``assignment.py``) -------------------------------------------------------
+
+    @property
+    def tasks(self) -> dict[tuple[str, int], PartitionTask]:
+        """The partition tasks, by (agent name, partition number)."""
+        return self.task_assignment.tasks
+
+    @property
+    def _inboxes(self) -> dict[TopicPartition, list[Inbox]]:
+        return self.task_assignment.inboxes
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        fresh: list[PartitionTask] = []
-        for agent in self.app.agents.values():
-            inputs = self.agent_inputs(agent)
-            for tp in sorted(assigned):
-                topic = inputs.get(tp.topic)
-                if topic is None:
-                    continue
-                key = (agent.name, tp.partition)
-                task = self.tasks.get(key)
-                if task is None:
-                    task = self.tasks[key] = PartitionTask(self, agent, tp.partition)
-                    fresh.append(task)
-                elif task not in fresh:
-                    logger.warning("partition %s assigned to a running task %r", tp, task)
-                    continue
-                inbox = task.add_inbox(tp, topic)
-                inbox.on_low = self._resume
-                self._inboxes.setdefault(tp, []).append(inbox)
-        for task in fresh:
-            task.start()
+        await self.task_assignment.assign(assigned)
         logger.info("assigned %s", ", ".join(str(tp) for tp in sorted(assigned)) or "nothing")
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        doomed = [t for t in self.tasks.values() if any(tp in revoked for tp in t.inboxes)]
+        doomed = await self.task_assignment.revoke(revoked, self.commit)
         if not doomed:
             return
-        await asyncio.gather(*(t.stop() for t in doomed))
-        try:
-            await self.commit(only={tp for t in doomed for tp in t.inboxes})
-        finally:
-            for task in doomed:
-                task.close()
-        for task in doomed:
-            self.tasks.pop((task.agent.name, task.partition), None)
-            for tp, inbox in task.inboxes.items():
-                inboxes = self._inboxes.get(tp, [])
-                if inbox in inboxes:
-                    inboxes.remove(inbox)
-                if not inboxes:
-                    self._inboxes.pop(tp, None)
-                    self._committed.pop(tp, None)
+        self.committer.forget({tp for t in doomed for tp in t.inboxes if tp not in self.task_assignment.inboxes})
         logger.info("revoked %s", ", ".join(str(tp) for tp in sorted(revoked)))
 
     # -- loops -----------------------------------------------------------------------------
@@ -294,34 +279,12 @@ class Worker:
                 logger.warning("commit failed, will retry: %s", exc)
 
     async def commit(self, only: set[TopicPartition] | None = None) -> dict[TopicPartition, int]:
-        """Commit every processed position whose outputs are acknowledged; returns them."""
-        async with self._commit_lock:
-            if self._failure is not None:
-                return {}  # after a lost output nothing may be committed, not even on stop
-            positions: dict[TopicPartition, int] = {}
-            for tp, inboxes in self._inboxes.items():
-                if only is not None and tp not in only:
-                    continue
-                found = [p for p in (i.commit_position() for i in inboxes) if p is not None]
-                if found:
-                    position = min(found)
-                    if self._committed.get(tp) != position:
-                        positions[tp] = position
-            if not positions or self._consumer is None or self._producer is None:
-                return {}
-            try:
-                await self._producer.flush()
-            except TransportError as exc:
-                # Something sent while processing these records was not stored. Committing
-                # would skip it for good: stop instead; a restart redoes the work from the
-                # last commit (at-least-once).
-                logger.error("an output could not be stored, stopping without committing: %s", exc)
-                self.fail(exc)
-                raise
-            await self._consumer.commit(positions)
-            self._committed.update(positions)
+        """Commit every processed position whose outputs are acknowledged; returns them
+        (the protocol: ``commits.py``)."""
+        positions = await self.committer.commit(only)
+        if positions:
             self.stats.commits += 1
-            return positions
+        return positions
 
     # -- outputs ---------------------------------------------------------------------------
 
@@ -437,7 +400,7 @@ class Worker:
     @property
     def committed(self) -> dict[TopicPartition, int]:
         """The positions this worker committed last, per assigned input partition."""
-        return dict(self._committed)
+        return dict(self.committer.committed)
 
     async def settle(self) -> bool:
         """Flush outputs and tell whether every fetched record was processed and nothing more
