@@ -50,6 +50,7 @@ class App:
         commit_interval: float = 1.0,
         auto_offset_reset: str = "earliest",
         topic_partitions: int = 1,
+        max_agent_failures: int = 10,
     ) -> None:
         if not _APP_ID.match(id):
             raise ConfigError(f"app id {id!r} must be 1-200 characters of a-z, A-Z, 0-9, '.', '_', '-'")
@@ -63,6 +64,10 @@ class App:
         self.commit_interval_ms = to_ms(commit_interval, "commit_interval") or 1000
         self.auto_offset_reset = auto_offset_reset
         self.topic_partitions = topic_partitions
+        if max_agent_failures < 1:
+            raise ConfigError("max_agent_failures must be at least 1")
+        # An agent failing this many times in a row without processing a record stops the worker.
+        self.max_agent_failures = max_agent_failures
         self.topics: dict[str, Topic] = {}
         self.agents: dict[str, Agent] = {}
         self.timers: list[Timer] = []

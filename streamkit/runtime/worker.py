@@ -99,6 +99,8 @@ class Worker:
         self._failure: BaseException | None = None
         self._started = False
         self._closed = False
+        # Topics found with another partition count than declared: name -> what was said.
+        self.partition_mismatches: dict[str, str] = {}
         self.timers = TimerRunner(app.timers, clock)
 
     async def __aenter__(self) -> Worker:
@@ -119,11 +121,12 @@ class Worker:
         await producer.start()
         self._producer = producer
         self._sender = RuntimeSender(producer, self.clock, self._partitions_for)
-        self.app.sender = self._sender
         for agent in self.app.agents.values():
+            # Before the sender is installed: the probe's sends are discarded (``probe.py``).
             self._hops[agent.name] = await discover(agent)
             if all(isinstance(sink, Topic) for sink in agent.sinks):
                 self._topic_sinks[agent.name] = tuple(sink for sink in agent.sinks if isinstance(sink, Topic))
+        self.app.sender = self._sender
         await self._create_topics()
         inputs = self.input_topics()
         if inputs:
@@ -142,7 +145,19 @@ class Worker:
     def _spawn(self, coro: Awaitable[Any], name: str) -> None:
         task = asyncio.ensure_future(coro)
         task.set_name(f"streamkit:{name}")
+        task.add_done_callback(self._loop_done)
         self._loops.append(task)
+
+    def _loop_done(self, task: asyncio.Task[Any]) -> None:
+        """A background loop ended: unless cancelled by ``stop``, the worker cannot go on
+        (nothing would fetch, commit or fire any more); an exception fails it, logged with
+        its traceback."""
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            logger.error("%s failed, stopping the worker", task.get_name(), exc_info=exc)
+            self.fail(exc)
 
     async def _run_app_task(self, fn: Callable[[], Awaitable[Any]]) -> None:
         try:
@@ -152,13 +167,43 @@ class Worker:
 
     async def _create_topics(self) -> None:
         default = self.app.topic_partitions
+        wanted: dict[str, int] = {}
         for topic in list(self.app.topics.values()):
             await self._ensure(topic, topic.partitions or default)
+            if topic.partitions is not None:
+                wanted[topic.name] = topic.partitions
+        copartitioned: dict[str, Agent] = {}
         for agent in self.app.agents.values():
             source_count = self._counts[agent.topics[0].name]
-            for hop in self._hops[agent.name]:
+            hops = self._hops[agent.name]
+            for hop in hops:
                 target = self.hop_topic(agent, hop.topic, hop.name)
-                await self._ensure(target, target.partitions or source_count)
+                wanted[target.name] = target.partitions or source_count
+                await self._ensure(target, wanted[target.name])
+            if hops or len(agent.topics) > 1:
+                for name in self.agent_inputs(agent):
+                    copartitioned.setdefault(name, agent)
+        for name, count in sorted(wanted.items()):
+            if self._counts.get(name, count) != count:
+                self._partition_mismatch(name, count, self._counts[name], copartitioned.get(name))
+
+    def _partition_mismatch(self, name: str, declared: int, actual: int, agent: Agent | None) -> None:
+        """A topic that existed with another partition count than declared is used as it is;
+        say so. An error when an agent reads it partition by partition together with other
+        inputs (its repartition/through topics, merged topics): partition p of each no longer
+        holds the same keys, as Kafka Streams' co-partitioning check refuses."""
+        text = f"topic {name!r} has {actual} partition(s) but is declared with {declared}"
+        if agent is None:
+            logger.warning("%s; it is used as it is (records are partitioned over %d)", text, actual)
+            message = f"{text} (used as it is)"
+        else:
+            inputs = ", ".join(sorted(self.agent_inputs(agent)))
+            logger.error(
+                "%s; agent %s reads it co-partitioned with %s: partition p of each must hold the "
+                "same keys (recreate the topic, or declare partitions=%d)", text, agent.name, inputs, actual,
+            )
+            message = f"{text}; agent {agent.name} reads it co-partitioned with {inputs}"
+        self.partition_mismatches[name] = message
 
     async def _ensure(self, topic: Topic, partitions: int) -> int:
         count = await self.client.ensure_topic(topic.name, partitions, topic.config)
@@ -355,6 +400,11 @@ class Worker:
             self._failure = exc
         self._stop.set()
 
+    def clock_advanced(self) -> None:
+        """Wake the agents' sources: a manual clock moved, timeouts on it may have passed."""
+        for task in self.tasks.values():
+            task.wakeup.set()
+
     def request_stop(self) -> None:
         self._stop.set()
 
@@ -393,6 +443,35 @@ class Worker:
         if self._closed or self._stop.is_set():
             return "stopped"
         return "running" if self._started else "starting"
+
+    def failing_agents(self) -> list[dict[str, Any]]:
+        """The partition tasks backing off after failures outside a record (``tasks.py``)."""
+        out = []
+        for task in self.tasks.values():
+            failure = task.failing
+            if failure is not None:
+                out.append(
+                    {
+                        "agent": task.agent.name,
+                        "partition": task.partition,
+                        "error": failure.error,
+                        "failures": failure.failures,
+                        "retry_in_s": failure.retry_in_s,
+                    }
+                )
+        return out
+
+    def stalled(self) -> dict[TopicPartition, str]:
+        """Assigned input partitions the log does not serve now (deleted topic, lost
+        partition), with the reason: their tasks cannot progress."""
+        if self._consumer is None:
+            return {}
+        return {tp: why for tp, why in self._consumer.unavailable().items() if tp in self._inboxes}
+
+    @property
+    def healthy(self) -> bool:
+        """Running, no agent backing off after failures, no input partition stalled."""
+        return self.state == "running" and not self.failing_agents() and not self.stalled()
 
     def assignment(self) -> set[TopicPartition]:
         return self._consumer.assignment() if self._consumer is not None else set()

@@ -78,6 +78,7 @@ class AppDriver:
     async def advance(self, seconds: float) -> None:
         """Move the clock forward, fire the timers that came due, and process."""
         self.clock.advance(int(seconds * 1000))
+        self.worker.clock_advanced()
         await self.worker.timers.run_due()
         await self.process()
 
