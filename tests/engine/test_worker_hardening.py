@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,8 @@ from streamkit.runtime.worker import Worker
 from streamkit.testing import AppDriver
 from streamkit.transport.embedded import EmbeddedConsumer, EmbeddedLogClient
 from streamkit.web import WebServer
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
@@ -302,3 +308,42 @@ async def test_send_checks_the_declared_types() -> None:
         assert [e.value for e in await driver.read(counts)] == [3, None]
         assert [e.value for e in await driver.read(prices)] == [2.0]
         assert [e.value for e in await driver.read(lists)] == [[1, 2]]
+
+
+# -- the same, as a process ----------------------------------------------------------------------
+
+
+def _start_failing_worker(tmp_path: Path, max_failures: int) -> tuple[subprocess.Popen[bytes], Path]:
+    log = tmp_path / "worker.log"
+    env = {**os.environ, "FAILING_APP_BROKER": f"file://{tmp_path / 'data'}", "FAILING_APP_MAX": str(max_failures),
+           "PYTHONPATH": f"{ROOT / 'tests' / 'engine'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamkit.cli", "worker", "-A", "failing_app:app", "--progress-interval", "0"],
+        env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, cwd=ROOT,
+    )
+    return proc, log
+
+
+async def test_a_worker_process_with_a_failing_agent_stops_on_sigterm(tmp_path: Path) -> None:
+    proc, log = _start_failing_worker(tmp_path, 1000)
+    try:
+        await until(lambda: log.read_text().count("failed outside a record") >= 2, timeout=60)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, log.read_text()
+    finally:
+        proc.kill()
+    text = log.read_text()
+    assert text.count("Traceback") == 1, text  # the first failure's; then one line per back-off
+    assert "the database is unreachable" in text
+
+
+async def test_a_worker_process_stops_with_a_clear_message_after_the_failure_limit(tmp_path: Path) -> None:
+    proc, log = _start_failing_worker(tmp_path, 2)
+    try:
+        code = await asyncio.to_thread(proc.wait, 60)
+    finally:
+        proc.kill()
+    text = log.read_text()
+    assert code != 0, text
+    assert "streamkit: error: agent fail_early[0] failed 2 times in a row without processing a record" in text
+    assert "ConnectionError: the database is unreachable" in text
