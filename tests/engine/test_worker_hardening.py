@@ -347,3 +347,36 @@ async def test_a_worker_process_stops_with_a_clear_message_after_the_failure_lim
     assert code != 0, text
     assert "streamkit: error: agent fail_early[0] failed 2 times in a row without processing a record" in text
     assert "ConnectionError: the database is unreachable" in text
+
+
+async def test_an_input_topic_deleted_and_recreated_on_a_broker_resets_and_goes_on(
+    broker: object, unique: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On Kafka the client's metadata refresh brings the topic back at once (the broker
+    auto-creates it) and aiokafka resets the out-of-range position per auto_offset_reset."""
+    from streamkit.transport.kafka_tools import KafkaTools
+
+    caplog.set_level(logging.INFO, logger="aiokafka")
+    bootstrap = broker.bootstrap  # type: ignore[attr-defined]
+    app = sk.App(unique, broker=f"kafka://{bootstrap}", commit_interval=0.1)
+    src = app.topic(f"{unique}-src", value_type=int, partitions=1)
+    seen: list[int] = []
+
+    @app.agent(src)
+    async def collect(stream: sk.Stream) -> None:
+        async for v in stream:
+            seen.append(v)
+
+    tp = sk.TopicPartition(src.name, 0)
+    async with Worker(app) as worker:
+        for i in range(5):
+            await src.send(value=i)
+        await until(lambda: worker.committed.get(tp) == 5, timeout=60)
+        async with KafkaTools(bootstrap) as tools:
+            await tools.delete_topic(src.name)
+        for i in range(10, 13):
+            await (await src.send(value=i))
+        await until(lambda: worker.committed.get(tp) == 3, timeout=60)
+        assert worker.healthy
+    assert seen == [0, 1, 2, 3, 4, 10, 11, 12]
+    assert any("out of range" in r.getMessage() and "resetting" in r.getMessage() for r in caplog.records)
