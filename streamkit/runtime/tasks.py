@@ -98,7 +98,18 @@ class PartitionTask:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
         task.set_name(name)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        """An instance or pump ended. Raising past the supervisor (a dead letter that could
+        not be sent) leaves this partition unprocessed: the worker fails, with the traceback."""
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            logger.error("%s failed, stopping the worker", task.get_name(), exc_info=exc)
+            self.worker.fail(exc)
 
     async def stop(self) -> None:
         """Let the instances finish the record in hand (briefly), then cancel them. Their

@@ -380,3 +380,27 @@ async def test_an_input_topic_deleted_and_recreated_on_a_broker_resets_and_goes_
         assert worker.healthy
     assert seen == [0, 1, 2, 3, 4, 10, 11, 12]
     assert any("out of range" in r.getMessage() and "resetting" in r.getMessage() for r in caplog.records)
+
+
+async def test_an_agent_instance_dying_past_its_supervisor_fails_the_worker(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = sk.App("deadletter-fails")
+    src = app.topic("src", value_type=int)
+
+    @app.agent(src)
+    async def fragile(stream: sk.Stream) -> None:
+        async for _ in stream:
+            raise ValueError("bad record")
+
+    async def dlq_down(*args: object) -> None:  # a fault we cannot make for real here
+        raise sk.StreamkitError("the dead-letter topic cannot be written")
+
+    async with AppDriver(app) as driver:
+        monkeypatch.setattr(driver.worker, "dead_letter", dlq_down)
+        await driver.send(src, 1)
+        with pytest.raises(sk.StreamkitError, match="dead-letter topic cannot be written"):
+            await asyncio.wait_for(driver.worker.wait(), 10)
+        assert driver.worker.state == "failed"
+    logged = [r for r in caplog.records if "fragile[0]#0 failed, stopping the worker" in r.getMessage()]
+    assert len(logged) == 1 and logged[0].exc_info is not None
