@@ -1,11 +1,13 @@
 """``Worker``: runs an app against a log through a transport.
 
-Lifecycle: ``start`` opens the transport, probes the agents' topologies (``probe.py``),
-creates the topics, subscribes one consumer (group = app id) to every input and starts the
+Lifecycle: ``start`` opens the transport, probes the agents' topologies and creates the
+topics, subscribes one consumer (group = app id) to every input and starts the
 loops; ``stop`` (or SIGTERM/Ctrl-C in the CLI) stops the tasks, commits what was processed and
 closes. The worker wires the parts together and owns the fetch and commit loops, forwarding
 of yielded values, dead letters and introspection; the parts live beside it:
 
+* ``topology.py``: the probed hops of each agent, the topics created for them, partition
+  counts and their check against the declarations;
 * ``assignment.py``: which partition tasks exist for which partitions, creating, stopping and
   closing them on a rebalance;
 * ``commits.py``: the commit protocol (snapshot positions, flush the producer, commit; the
@@ -30,10 +32,10 @@ from streamkit.app import App
 from streamkit.runtime.assignment import Assignment
 from streamkit.runtime.commits import Committer
 from streamkit.runtime.inbox import Inbox, current_event
-from streamkit.runtime.probe import Hop, discover
 from streamkit.runtime.sender import RuntimeSender
 from streamkit.runtime.tasks import PartitionTask
 from streamkit.runtime.timers import TimerRunner
+from streamkit.runtime.topology import Topology
 from streamkit.streams import Event
 from streamkit.topics import Topic
 from streamkit.transport.base import (
@@ -86,11 +88,7 @@ class Worker:
             self._resume,
         )
         self.committer = Committer(self.task_assignment.inboxes, self.fail, lambda: self._failure is not None)
-        self._hops: dict[str, list[Hop]] = {}
-        # Agents whose sinks are all topics: their yielded values take the sender's fast path.
-        self._topic_sinks: dict[str, tuple[Topic, ...]] = {}
-        self._hop_topics: dict[tuple[str, str], Topic] = {}
-        self._counts: dict[str, int] = {}
+        self.topology = Topology(app, self.client)
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
         self._sender: RuntimeSender | None = None
@@ -99,8 +97,6 @@ class Worker:
         self._failure: BaseException | None = None
         self._started = False
         self._closed = False
-        # Topics found with another partition count than declared: name -> what was said.
-        self.partition_mismatches: dict[str, str] = {}
         self.timers = TimerRunner(app.timers, clock)
 
     async def __aenter__(self) -> Worker:
@@ -120,14 +116,12 @@ class Worker:
         producer = self.client.producer()
         await producer.start()
         self._producer = producer
-        self._sender = RuntimeSender(producer, self.clock, self._partitions_for)
-        for agent in self.app.agents.values():
-            # Before the sender is installed: the probe's sends are discarded (``probe.py``).
-            self._hops[agent.name] = await discover(agent)
-            if all(isinstance(sink, Topic) for sink in agent.sinks):
-                self._topic_sinks[agent.name] = tuple(sink for sink in agent.sinks if isinstance(sink, Topic))
+        self._sender = RuntimeSender(producer, self.clock, self.topology.partitions_for)
+        # Before the sender is installed: the probe's sends are discarded (``probe.py``).
+        await self.topology.probe()
+        self.topology.sender = self._sender
         self.app.sender = self._sender
-        await self._create_topics()
+        await self.topology.create_topics()
         inputs = self.input_topics()
         if inputs:
             consumer = self.client.consumer(self.app.id, auto_offset_reset=self.app.auto_offset_reset)
@@ -165,96 +159,30 @@ class Worker:
         except Exception:
             logger.exception("task %s failed", getattr(fn, "__name__", fn))
 
-    async def _create_topics(self) -> None:
-        default = self.app.topic_partitions
-        wanted: dict[str, int] = {}
-        for topic in list(self.app.topics.values()):
-            await self._ensure(topic, topic.partitions or default)
-            if topic.partitions is not None:
-                wanted[topic.name] = topic.partitions
-        copartitioned: dict[str, Agent] = {}
-        for agent in self.app.agents.values():
-            source_count = self._counts[agent.topics[0].name]
-            hops = self._hops[agent.name]
-            for hop in hops:
-                target = self.hop_topic(agent, hop.topic, hop.name)
-                wanted[target.name] = target.partitions or source_count
-                await self._ensure(target, wanted[target.name])
-            if hops or len(agent.topics) > 1:
-                for name in self.agent_inputs(agent):
-                    copartitioned.setdefault(name, agent)
-        for name, count in sorted(wanted.items()):
-            if self._counts.get(name, count) != count:
-                self._partition_mismatch(name, count, self._counts[name], copartitioned.get(name))
-
-    def _partition_mismatch(self, name: str, declared: int, actual: int, agent: Agent | None) -> None:
-        """A topic that existed with another partition count than declared is used as it is;
-        say so. An error when an agent reads it partition by partition together with other
-        inputs (its repartition/through topics, merged topics): partition p of each no longer
-        holds the same keys, as Kafka Streams' co-partitioning check refuses."""
-        text = f"topic {name!r} has {actual} partition(s) but is declared with {declared}"
-        if agent is None:
-            logger.warning("%s; it is used as it is (records are partitioned over %d)", text, actual)
-            message = f"{text} (used as it is)"
-        else:
-            inputs = ", ".join(sorted(self.agent_inputs(agent)))
-            logger.error(
-                "%s; agent %s reads it co-partitioned with %s: partition p of each must hold the "
-                "same keys (recreate the topic, or declare partitions=%d)", text, agent.name, inputs, actual,
-            )
-            message = f"{text}; agent {agent.name} reads it co-partitioned with {inputs}"
-        self.partition_mismatches[name] = message
-
-    async def _ensure(self, topic: Topic, partitions: int) -> int:
-        count = await self.client.ensure_topic(topic.name, partitions, topic.config)
-        self._counts[topic.name] = count
-        if self._sender is not None:
-            self._sender.known_partitions(topic.name, count)
-        return count
-
-    async def _partitions_for(self, topic: Topic) -> int:
-        count = self._counts.get(topic.name)
-        if count is None:
-            count = await self._ensure(topic, topic.partitions or self.app.topic_partitions)
-        return count
-
     @property
     def runtime_sender(self) -> RuntimeSender | None:
         """The sender of the running worker (None before start and after stop)."""
         return self._sender if self.app.sender is not None else None
 
+    # -- topology (``topology.py``) ----------------------------------------------------------
+
+    @property
+    def partition_mismatches(self) -> dict[str, str]:
+        """Topics found with another partition count than declared: name -> what was said."""
+        return self.topology.partition_mismatches
+
     def partition_count_of(self, topic: Topic) -> int | None:
-        return self._counts.get(topic.name)
+        return self.topology.partition_count_of(topic)
 
     def hop_topic(self, agent: Agent, topic: Topic | None, name: str) -> Topic:
         """The topic of one ``through``/``group_by`` hop of ``agent``."""
-        if topic is not None:
-            return topic
-        found = self._hop_topics.get((agent.name, name))
-        if found is None:
-            source = agent.topics[0]
-            found = self.app.topic(
-                agent.repartition_topic_name(name),
-                key_serializer="json",
-                value_serializer=source.value_serde,
-                partitions=source.partitions,
-                internal=True,
-            )
-            self._hop_topics[(agent.name, name)] = found
-        return found
+        return self.topology.hop_topic(agent, topic, name)
 
     def input_topics(self) -> list[str]:
-        names: set[str] = set()
-        for agent in self.app.agents.values():
-            names.update(self.agent_inputs(agent))
-        return sorted(names)
+        return self.topology.input_topics()
 
     def agent_inputs(self, agent: Agent) -> dict[str, Topic]:
-        inputs = {t.name: t for t in agent.topics}
-        for hop in self._hops.get(agent.name, []):
-            target = self.hop_topic(agent, hop.topic, hop.name)
-            inputs[target.name] = target
-        return inputs
+        return self.topology.agent_inputs(agent)
 
     # -- rebalance (``assignment.py``) -------------------------------------------------------
 
@@ -337,7 +265,7 @@ class Worker:
         """What sends each value ``agent`` yields to its sinks, with the current event's key
         and timestamp. It returns ``None`` when that is done without waiting (the usual case:
         every sink a topic), else an awaitable the caller must await before going on."""
-        sinks = self._topic_sinks.get(agent.name)
+        sinks = self.topology.topic_sinks.get(agent.name)
         sender = self._sender
         app = self.app
         if sinks is None or sender is None:

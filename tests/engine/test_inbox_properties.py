@@ -158,17 +158,17 @@ async def _run_rounds(data_dir: str, plan: list[Round]) -> None:
     for step in [*plan, Round([], None)]:  # a last round processes what is left
         app, src = build()
         hang[0] = None
+        if step.hang_on is not None:
+            # Where the hung record will land, known before it is sent (the agent may get it
+            # at once): after the partition's end, past the round's earlier records there.
+            p = step.records[step.hang_on][0]
+            hang[0] = (p, end[p] + sum(1 for q, _ in step.records[: step.hang_on] if q == p))
         async with AppDriver(app, data_dir=data_dir) as driver:
-            mine: list[tuple[int, int]] = []
             for partition, value in step.records:
                 ack = await driver.send(src, value, partition=partition)
                 sent[(partition, ack.offset)] = value
-                mine.append((partition, ack.offset))
                 end[partition] = ack.offset + 1
-            hung = mine[step.hang_on] if step.hang_on is not None else None
-            # Set only now: a record re-delivered from an earlier round is not the one to hang.
-            if hung is not None and hung not in finished:
-                hang[0] = hung
+            assert hang[0] is None or hang[0] in sent
             # What must finish before this worker stops: everything but the hung record and
             # the records of its partition after it.
             expected = {
