@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -58,7 +57,6 @@ class AgentFailure:
     error: str
     failures: int  # in a row, without a record handed out in between
     retry_in_s: float
-    at_monotonic: float
 
 
 class PartitionTask:
@@ -277,7 +275,7 @@ class PartitionTask:
             self.worker.fail(error)
             return False
         delay = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (failures - 1))
-        self._failure = AgentFailure(f"{type(exc).__name__}: {exc}", failures, delay, time.monotonic())
+        self._failure = AgentFailure(f"{type(exc).__name__}: {exc}", failures, delay)
         logger.error(
             "agent %s failed outside a record (%d in a row), starting it again in %.1f s: %r",
             where, failures, delay, exc, exc_info=exc if failures == 1 else None,

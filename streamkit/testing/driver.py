@@ -59,7 +59,11 @@ class AppDriver:
         return await pending
 
     async def process(self, timeout: float = 10.0) -> None:
-        """Run until every record in the log was processed and everything sent is stored."""
+        """Run until every record in the log was processed and everything sent is stored.
+
+        Records a ``take(..., within=)`` batch holds are not processed until the batch is cut:
+        at ``max_`` values, or when ``advance`` moves the clock ``within`` past its first value.
+        """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         settled_rounds = 0
