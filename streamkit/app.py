@@ -14,7 +14,11 @@ from typing import Any
 
 from streamkit._core.errors import ConfigError
 from streamkit.agents import Agent, AgentFn, Sink
+from streamkit.dsl import KStream, KTable, Pipeline, Source, compile_pipeline, table_stream
+from streamkit.tables.table import Table
 from streamkit.topics import Sender, Topic, to_ms
+
+_Table = Table  # the class, as annotations inside App (where ``Table`` is a method) name it
 
 _APP_ID = re.compile(r"^[a-zA-Z0-9._-]{1,200}$")
 ERROR_POLICIES = ("dlq", "stop")
@@ -70,6 +74,8 @@ class App:
         self.max_agent_failures = max_agent_failures
         self.topics: dict[str, Topic] = {}
         self.agents: dict[str, Agent] = {}
+        self.tables: dict[str, _Table] = {}
+        self.topologies: list[Pipeline] = []  # declarative pipelines (app.stream), as data
         self.timers: list[Timer] = []
         self.tasks: list[Callable[[], Awaitable[Any]]] = []
         self.sender: Sender | None = None
@@ -88,6 +94,48 @@ class App:
         topic = Topic(self, name, **options)
         self.topics[name] = topic
         return topic
+
+    def Table(self, name: str, **options: Any) -> _Table:  # Faust spells it with a capital
+        """Declare a table: keyed state, dict-like inside agents (see ``streamkit.tables``).
+
+        Options: ``default`` (a callable, like ``int``), ``key_type``, ``value_type``,
+        ``key_serializer``, ``value_serializer``, ``partitions``, ``store`` ("rocksdb" or
+        "memory"), ``standby_replicas``, ``help``.
+        """
+        if name in self.tables:
+            raise ConfigError(f"a table named {name!r} is already declared")
+        table = Table(self, name, **options)
+        self.tables[name] = table
+        return table
+
+    def GlobalTable(self, name: str, **options: Any) -> _Table:  # Faust spells it with a capital
+        """Declare a global table: every worker holds all of it, kept current from its
+        changelog, so any key can be looked up anywhere (joins with a key function, reference
+        data). Writes inside an agent go to the event's partition, as for ``Table``."""
+        if name in self.tables:
+            raise ConfigError(f"a table named {name!r} is already declared")
+        table = Table(self, name, is_global=True, **options)
+        self.tables[name] = table
+        return table
+
+    def stream(self, topic: Topic | str | _Table | KTable) -> KStream:
+        """A declarative stream of ``topic`` (or of a table's changes): see ``streamkit.dsl``."""
+        if isinstance(topic, (Table, KTable)):
+            return table_stream(self, topic.table if isinstance(topic, KTable) else topic)
+        return KStream(self, (Source(self.topic(topic) if isinstance(topic, str) else topic),))
+
+    def _register_pipeline(self, pipeline: Pipeline, name: str) -> None:
+        """Keep ``pipeline`` and run it as an agent named ``name`` (its table or sink topic)."""
+        compiled = compile_pipeline(self, pipeline, name)
+        for stage in compiled:
+            if stage.name in self.agents:
+                raise ConfigError(
+                    f"an agent named {stage.name!r} is already declared (pipelines are named after their table or topic)"
+                )
+        for stage in compiled:
+            stage.fn.__name__ = stage.name
+            self.agents[stage.name] = Agent(self, stage.fn, stage.topics, name=stage.name, sinks=stage.sinks)
+        self.topologies.append(pipeline)
 
     def agent(
         self,

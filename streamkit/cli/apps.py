@@ -70,6 +70,12 @@ broker_option = click.option(
 )
 @click.option("--web-host", default="127.0.0.1", show_default=True, help="Address of the HTTP API.")
 @click.option(
+    "--state-dir",
+    default=None,
+    metavar="DIR",
+    help="Where the tables' local state lives (default .streamkit-state/APP_ID).",
+)
+@click.option(
     "--progress-interval",
     type=click.FloatRange(min=0),
     default=10.0,
@@ -81,6 +87,7 @@ def worker(
     broker: str | None,
     web_port: int | None,
     web_host: str,
+    state_dir: str | None,
     loglevel: str,
     progress_interval: float,
 ) -> None:
@@ -97,24 +104,31 @@ def worker(
     # A worker allocates many short-lived objects per record; collecting the oldest
     # generation less often measured +7-9% events/s (benchmarks/engine_bench.py).
     gc.set_threshold(700, 10, 100)
-    asyncio.run(_run_worker(app, broker, progress_interval, web_host, web_port))
+    asyncio.run(_run_worker(app, broker, progress_interval, web_host, web_port, state_dir))
 
 
 async def _run_worker(
-    app: App, broker: str | None, progress_interval: float, web_host: str, web_port: int | None
+    app: App, broker: str | None, progress_interval: float, web_host: str, web_port: int | None,
+    state_dir: str | None = None,
 ) -> None:
-    worker = Worker(app, broker=broker)
+    from streamkit.cli.tables import default_state_dir, forget_web_url, record_web_url
+
+    state_dir = state_dir or default_state_dir(app)
+    worker = Worker(app, broker=broker, state_dir=state_dir)
     web = WebServer(worker, host=web_host, port=web_port) if web_port is not None else None
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, worker.request_stop)
     try:
-        await worker.start()
         if web is not None:
+            # Serving first: the worker tells its group this address when it joins.
             await web.start()
+            worker.advertised_url = web.url
+        await worker.start()
         _banner(app, worker)
         if web is not None:
             info(f"  web: {web.url}")
+            record_web_url(state_dir, web.url)
         progress = asyncio.ensure_future(_progress(worker, progress_interval)) if progress_interval else None
         try:
             await worker.wait()
@@ -124,6 +138,7 @@ async def _run_worker(
     finally:
         info("streamkit worker: stopping (committing processed offsets)")
         if web is not None:
+            forget_web_url(state_dir)
             await web.aclose()
         await worker.stop()
         for signum in (signal.SIGINT, signal.SIGTERM):

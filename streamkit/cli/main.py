@@ -27,6 +27,7 @@ from streamkit.cli.apps import agents, send, worker
 from streamkit.cli.consume import consume
 from streamkit.cli.logtools import log_
 from streamkit.cli.produce import produce
+from streamkit.cli.tables import tables
 from streamkit.cli.topics import topics
 from streamkit.log.errors import InvalidRecordError, LogClosedError
 
@@ -111,7 +112,7 @@ def cli() -> None:
     a worker or broker owns that directory they go through it over the wire. With
     --bootstrap HOST:PORT they talk to a running broker instead.
 
-    App commands (worker, agents, send) take -A MODULE:APP.
+    App commands (worker, agents, send, tables) take -A MODULE:APP.
     """
 
 
@@ -122,6 +123,7 @@ cli.add_command(log_)
 cli.add_command(worker)
 cli.add_command(agents)
 cli.add_command(send)
+cli.add_command(tables)
 
 
 def main() -> None:

@@ -5,14 +5,14 @@ tasks (one per agent and partition number, see ``tasks.py``) and the inboxes the
 
 * ``assign(tps)``: for every agent reading one of ``tps``, create the task of that partition
   number unless it exists, give it an inbox per assigned input partition, then notify the
-  listeners (``tasks_assigned``) and only then start the fresh tasks;
+  listeners (``partitions_assigned``) and only then start the fresh tasks;
 * ``revoke(tps)``: stop the tasks reading one of ``tps`` (each instance finishes the record in
   hand, briefly), commit what they finished (the commit protocol, ``commits.py``), notify the
-  listeners (``tasks_revoked``), then close the tasks and forget their inboxes.
+  listeners (``partitions_revoked``), then close the tasks and forget their inboxes.
 
-Order invariants a state manager relies on (``AssignmentListener``): a task's stores can be
-opened and restored in ``tasks_assigned`` before the task reads a record, and closed in
-``tasks_revoked`` after the commit of what the task finished and before its sources go.
+Order invariants the tables' state relies on (``AssignmentListener``): a partition's stores
+are opened and restored in ``partitions_assigned`` before a task reads a record, and closed
+in ``partitions_revoked`` after the commit of what the tasks finished.
 """
 
 from __future__ import annotations
@@ -32,13 +32,16 @@ logger = logging.getLogger(__name__)
 
 
 class AssignmentListener(Protocol):
-    """What learns of tasks coming and going (a state manager: open/restore, close stores)."""
+    """What learns of partitions and tasks coming and going (the tables' state: open and
+    restore stores, close them)."""
 
-    async def tasks_assigned(self, tasks: list[PartitionTask]) -> None:
-        """``tasks`` exist and have their inboxes; none has started reading."""
+    async def partitions_assigned(self, assigned: set[TopicPartition], tasks: list[PartitionTask]) -> None:
+        """``assigned`` came; ``tasks`` (the new ones) exist and none has started reading."""
         ...
 
-    async def tasks_revoked(self, tasks: list[PartitionTask], committed: bool) -> None:
+    async def partitions_revoked(
+        self, revoked: set[TopicPartition], tasks: list[PartitionTask], committed: bool
+    ) -> None:
         """``tasks`` stopped and, when ``committed``, what they finished is committed (else
         the commit failed: the worker fails, state must not claim more than the log); the
         tasks close next."""
@@ -86,7 +89,7 @@ class Assignment:
                 inbox.on_low = self._on_low
                 self.inboxes.setdefault(tp, []).append(inbox)
         for listener in self.listeners:
-            await listener.tasks_assigned(fresh)
+            await listener.partitions_assigned(assigned, fresh)
         for task in fresh:
             task.start()
         return fresh
@@ -106,7 +109,7 @@ class Assignment:
         finally:
             try:
                 for listener in self.listeners:
-                    await listener.tasks_revoked(doomed, committed)
+                    await listener.partitions_revoked(revoked, doomed, committed)
             finally:
                 for task in doomed:
                     task.close()

@@ -6,9 +6,11 @@ steps under one lock:
 1. **snapshot** each input partition's commit position: the smallest over the inboxes
    reading it (``inbox.py``: below it every record was processed); partitions whose position
    did not move since the last commit are left out;
-2. **flush**: run the ``before_flush`` hooks (where a state manager will flush its changelog
-   writes), then flush the producer, so everything sent while processing the records below
-   the snapshot is acknowledged by the log;
+2. **flush**: the tables' changes since the last commit are sent to their changelogs
+   (``ChangelogWriter.send_changes``), then the producer is flushed, so everything sent while
+   processing the records below the snapshot is acknowledged by the log; then the sent
+   changes are written to the tables' stores with the changelog offsets they reach
+   (``store_changes``);
 3. **commit** the snapshot through the consumer.
 
 Failure rule: when the flush fails, something an input's processing sent was not stored;
@@ -22,7 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from streamkit._core.types import TopicPartition
 from streamkit.runtime.inbox import Inbox
@@ -31,14 +34,28 @@ from streamkit.transport.base import Consumer, Producer, TransportError
 logger = logging.getLogger(__name__)
 
 
+class ChangelogWriter(Protocol):
+    """What the commit protocol asks of the state (``state.py``'s ``StateManager``)."""
+
+    async def send_changes(self, producer: Producer) -> list[Any]:
+        """Send the changes since the last commit to their changelogs; what was sent."""
+        ...
+
+    async def store_changes(self, outgoing: list[Any]) -> None:
+        """After the flush: write ``outgoing`` to the stores with their changelog offsets."""
+        ...
+
+
 class Committer:
     def __init__(
         self,
         inboxes: dict[TopicPartition, list[Inbox]],
         on_failure: Callable[[BaseException], None],
         failed: Callable[[], bool],
+        state: ChangelogWriter,
     ) -> None:
         self._inboxes = inboxes
+        self._state = state
         self._on_failure = on_failure
         self._failed = failed
         self._lock = asyncio.Lock()
@@ -46,9 +63,6 @@ class Committer:
         self.consumer: Consumer | None = None
         self.committed: dict[TopicPartition, int] = {}
         self.commits = 0
-        # Awaited before the producer is flushed: what a commit depends on beyond the
-        # producer's own buffer (a state manager's changelog writes).
-        self.before_flush: list[Callable[[], Awaitable[None]]] = []
 
     def bind(self, producer: Producer, consumer: Consumer | None) -> None:
         self.producer = producer
@@ -73,12 +87,14 @@ class Committer:
             if self._failed():
                 return {}  # after a lost output nothing may be committed, not even on stop
             positions = self.snapshot(only)
-            if not positions or self.consumer is None or self.producer is None:
+            if self.consumer is None or self.producer is None:
+                return {}
+            outgoing = await self._state.send_changes(self.producer)
+            if not positions and not outgoing:
                 return {}
             try:
-                for hook in self.before_flush:
-                    await hook()
                 await self.producer.flush()
+                await self._state.store_changes(outgoing)
             except TransportError as exc:
                 logger.error("an output could not be stored, stopping without committing: %s", exc)
                 self._on_failure(exc)

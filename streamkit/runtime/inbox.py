@@ -20,9 +20,9 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
+from streamkit._core import context
 from streamkit._core.clock import SYSTEM_CLOCK, Clock
 from streamkit._core.serde import RawSerde, SerdeError
 from streamkit._core.types import TopicPartition
@@ -40,7 +40,8 @@ YIELD_AFTER_S = 0.01
 # The most records a source takes from an inbox at once (merged inputs alternate per chunk).
 CHUNK = 1000
 
-current_event: ContextVar[Event | None] = ContextVar("streamkit_current_event", default=None)
+# The event being processed: set per record handed out (lives in _core so tables read it).
+current_event = context.current_event
 
 
 class DecodeError(SerdeError):

@@ -8,8 +8,10 @@ agent's first topic, else that topic's actual count) and keeps the partition cou
 Partition counts: a topic that already existed keeps its count, which may differ from the
 declaration (a producer that came first auto-created it). That is said once at start-up and
 kept in ``partition_mismatches``: a warning in general, an error for a topic an agent reads
-co-partitioned with others (its hop topics, or several merged topics), where partition p of
-each must hold the same keys; Kafka Streams refuses to start in that case.
+co-partitioned with others (its hop topics, several merged topics, the tables' changelogs),
+where partition p of each must hold the same keys; Kafka Streams refuses to start then.
+The tables' changelogs are created by the state manager (``state.py``), with the most
+partitions of the agents' inputs unless a table declares its own.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from streamkit.agents import Agent
 from streamkit.app import App
 from streamkit.runtime.probe import Hop, discover
 from streamkit.runtime.sender import RuntimeSender
+from streamkit.runtime.state import StateManager
 from streamkit.topics import Topic
 from streamkit.transport.base import LogClient
 
@@ -27,9 +30,10 @@ logger = logging.getLogger(__name__)
 
 
 class Topology:
-    def __init__(self, app: App, client: LogClient) -> None:
+    def __init__(self, app: App, client: LogClient, state: StateManager) -> None:
         self.app = app
         self.client = client
+        self.state = state
         self.hops: dict[str, list[Hop]] = {}
         # Agents whose sinks are all topics: their yielded values take the sender's fast path.
         self.topic_sinks: dict[str, tuple[Topic, ...]] = {}
@@ -48,10 +52,18 @@ class Topology:
     async def create_topics(self) -> None:
         default = self.app.topic_partitions
         wanted: dict[str, int] = {}
+        changelogs = self.state.changelog_names
         for topic in list(self.app.topics.values()):
+            if topic.name in changelogs:
+                continue
             await self.ensure(topic, topic.partitions or default)
             if topic.partitions is not None:
                 wanted[topic.name] = topic.partitions
+        # Tables' changelogs take the partitions of the agents' inputs (co-partitioning), so
+        # they come after the inputs and before the hops of agents that read them.
+        inputs = [t.name for a in self.app.agents.values() for t in a.topics if t.name in self._counts]
+        await self.state.create_changelogs(self.ensure, max([default, *(self._counts[n] for n in inputs)]))
+        await self.state.open_global_tables()
         copartitioned: dict[str, Agent] = {}
         for agent in self.app.agents.values():
             source_count = self._counts[agent.topics[0].name]
@@ -60,7 +72,9 @@ class Topology:
                 target = self.hop_topic(agent, hop.topic, hop.name)
                 wanted[target.name] = target.partitions or source_count
                 await self.ensure(target, wanted[target.name])
-            if hops or len(agent.topics) > 1:
+            # Partition p of each input (and of every table, when there are tables) is read
+            # by the same task: they must be partitioned alike.
+            if hops or len(agent.topics) > 1 or self.app.tables:
                 for name in self.agent_inputs(agent):
                     copartitioned.setdefault(name, agent)
         for name, count in sorted(wanted.items()):
@@ -73,7 +87,9 @@ class Topology:
             logger.warning("%s; it is used as it is (records are partitioned over %d)", text, actual)
             message = f"{text} (used as it is)"
         else:
-            inputs = ", ".join(sorted(self.agent_inputs(agent)))
+            together = sorted(set(self.agent_inputs(agent)) - {name})
+            together += [f"table {t}" for t in sorted(self.app.tables)]
+            inputs = ", ".join(together)
             logger.error(
                 "%s; agent %s reads it co-partitioned with %s: partition p of each must hold the "
                 "same keys (recreate the topic, or declare partitions=%d)", text, agent.name, inputs, actual,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from streamkit.runtime.assignment import Assignment
 from streamkit.runtime.commits import Committer
 from streamkit.runtime.inbox import Inbox, current_event
 from streamkit.runtime.sender import RuntimeSender
+from streamkit.runtime.state import StateManager
 from streamkit.runtime.tasks import PartitionTask
 from streamkit.runtime.timers import TimerRunner
 from streamkit.runtime.topology import Topology
@@ -46,6 +48,7 @@ from streamkit.transport.base import (
     TransportError,
     open_log_client,
 )
+from streamkit.transport.placement import GroupInfo, MemberInfo
 
 logger = logging.getLogger(__name__)
 FETCH_MAX_RECORDS = 10_000
@@ -64,6 +67,30 @@ class WorkerStats:
     started_at: float = field(default_factory=time.monotonic)
 
 
+class _TablesFollowPartitions:
+    """The tables' partitions follow the input partitions (``state.py``): partition p of
+    every table is restored before a task of partition p reads, and closed after the
+    revocation commit unless another input partition p stays."""
+
+    def __init__(self, worker: Worker) -> None:
+        self._worker = worker
+
+    async def partitions_assigned(self, assigned: set[TopicPartition], tasks: list[PartitionTask]) -> None:
+        state = self._worker.state_manager
+        await state.assign({tp.partition for tp in assigned})
+        group = self._worker.group_info()
+        if group is not None:
+            await state.set_standbys(set(group.standbys))
+
+    async def partitions_revoked(
+        self, revoked: set[TopicPartition], tasks: list[PartitionTask], committed: bool
+    ) -> None:
+        if not committed:
+            return  # the worker fails; stop closes the stores, state claims nothing more
+        kept = {tp.partition for tp in self._worker.assignment() if tp not in revoked}
+        await self._worker.state_manager.revoke({tp.partition for tp in revoked} - kept)
+
+
 class Worker:
     """Runs ``app``. Use ``async with Worker(app) as w: await w.wait()``, or the CLI."""
 
@@ -75,6 +102,8 @@ class Worker:
         client: LogClient | None = None,
         clock: Clock = SYSTEM_CLOCK,
         run_timers: bool = True,
+        state_dir: str | None = None,
+        advertised_url: str | None = None,
     ) -> None:
         self.app = app
         self.client = client or open_log_client(broker or app.broker, owner=True)
@@ -87,8 +116,16 @@ class Worker:
             lambda agent, partition: PartitionTask(self, agent, partition),
             self._resume,
         )
-        self.committer = Committer(self.task_assignment.inboxes, self.fail, lambda: self._failure is not None)
-        self.topology = Topology(app, self.client)
+        # The URL of this worker's HTTP API, told to the group so others route queries here.
+        self.advertised_url = advertised_url
+        self.state_manager = StateManager(
+            list(app.tables.values()), self.client, clock, state_dir or os.path.join(".streamkit-state", app.id)
+        )
+        self.task_assignment.listeners.append(_TablesFollowPartitions(self))
+        self.committer = Committer(
+            self.task_assignment.inboxes, self.fail, lambda: self._failure is not None, self.state_manager
+        )
+        self.topology = Topology(app, self.client, self.state_manager)
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
         self._sender: RuntimeSender | None = None
@@ -126,6 +163,8 @@ class Worker:
         if inputs:
             consumer = self.client.consumer(self.app.id, auto_offset_reset=self.app.auto_offset_reset)
             consumer.subscribe(inputs, self)
+            standby = max((t.standby_replicas for t in self.app.tables.values()), default=0)
+            consumer.advertise(MemberInfo(self.advertised_url, standby))
             self._consumer = consumer
             self.committer.bind(producer, consumer)
             await consumer.start()
@@ -254,9 +293,9 @@ class Worker:
     async def commit(self, only: set[TopicPartition] | None = None) -> dict[TopicPartition, int]:
         """Commit every processed position whose outputs are acknowledged; returns them
         (the protocol: ``commits.py``)."""
+        before = self.committer.commits
         positions = await self.committer.commit(only)
-        if positions:
-            self.stats.commits += 1
+        self.stats.commits += self.committer.commits - before
         return positions
 
     # -- outputs ---------------------------------------------------------------------------
@@ -356,6 +395,7 @@ class Worker:
         finally:
             if self._consumer is not None:
                 await self._consumer.aclose()
+            await self.state_manager.aclose()
             if self._producer is not None:
                 await self._producer.aclose()
             self.app.sender = None
@@ -400,6 +440,14 @@ class Worker:
     def healthy(self) -> bool:
         """Running, no agent backing off after failures, no input partition stalled."""
         return self.state == "running" and not self.failing_agents() and not self.stalled()
+
+    def group_info(self) -> GroupInfo | None:
+        return self._consumer.group_info() if self._consumer is not None else None
+
+    def owner_url(self, partition: int) -> str | None:
+        """The advertised URL of the worker that owns ``partition`` (per the last assignment)."""
+        group = self.group_info()
+        return None if group is None else group.owners.get(partition)
 
     def assignment(self) -> set[TopicPartition]:
         return self._consumer.assignment() if self._consumer is not None else set()

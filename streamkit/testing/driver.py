@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import tempfile
 from datetime import datetime
@@ -24,13 +25,24 @@ class NotSettledError(StreamkitError):
 
 
 class AppDriver:
-    def __init__(self, app: App, *, start_ms: int = DEFAULT_START_MS, data_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        app: App,
+        *,
+        start_ms: int = DEFAULT_START_MS,
+        data_dir: str | None = None,
+        state_dir: str | None = None,
+    ) -> None:
+        """``data_dir``: the log's directory (default: a temporary one, deleted at exit);
+        ``state_dir``: the tables' local state (default: beside the log, ``<data_dir>.state``)."""
         self.app = app
         self.clock = ManualClock(start_ms)
         self._own_dir = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="streamkit-test-")
+        self.state_dir = state_dir or f"{self.data_dir.rstrip(os.sep)}.state"
+        self._own_state = state_dir is None and data_dir is None
         self.client = EmbeddedLogClient(self.data_dir, clock=self.clock)
-        self.worker = Worker(app, client=self.client, clock=self.clock, run_timers=False)
+        self.worker = Worker(app, client=self.client, clock=self.clock, run_timers=False, state_dir=self.state_dir)
         self._reader_seq = 0
 
     async def __aenter__(self) -> AppDriver:
@@ -43,6 +55,8 @@ class AppDriver:
         finally:
             if self._own_dir:
                 shutil.rmtree(self.data_dir, ignore_errors=True)
+            if self._own_state:
+                shutil.rmtree(self.state_dir, ignore_errors=True)
 
     async def send(
         self,
@@ -61,23 +75,30 @@ class AppDriver:
     async def process(self, timeout: float = 10.0) -> None:
         """Run until every record in the log was processed and everything sent is stored.
 
+        A commit writes the tables' changes to their changelogs, which pipelines over a
+        table's changes (``to_stream``, table joins) read in turn: so this commits and looks
+        again until a commit leaves nothing new to process.
+
         Records a ``take(..., within=)`` batch holds are not processed until the batch is cut:
         at ``max_`` values, or when ``advance`` moves the clock ``within`` past its first value.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        settled_rounds = 0
-        while settled_rounds < 3:
-            for _ in range(5):
-                await asyncio.sleep(0)
+        while True:
+            settled_rounds = 0
+            while settled_rounds < 3:
+                for _ in range(5):
+                    await asyncio.sleep(0)
+                if await self.worker.settle():
+                    settled_rounds += 1
+                else:
+                    settled_rounds = 0
+                    await asyncio.sleep(0.001)
+                if loop.time() > deadline:
+                    raise NotSettledError(f"the app was still busy after {timeout} s")
+            await self.worker.commit()
             if await self.worker.settle():
-                settled_rounds += 1
-            else:
-                settled_rounds = 0
-                await asyncio.sleep(0.001)
-            if loop.time() > deadline:
-                raise NotSettledError(f"the app was still busy after {timeout} s")
-        await self.worker.commit()
+                return
 
     async def advance(self, seconds: float) -> None:
         """Move the clock forward, fire the timers that came due, and process."""

@@ -22,6 +22,7 @@ from urllib.parse import urlparse
 
 from streamkit._core.errors import ConfigError, StreamkitError
 from streamkit._core.types import TopicPartition
+from streamkit.transport.placement import GroupInfo, MemberInfo
 
 Header = tuple[str, bytes | None]
 
@@ -128,6 +129,14 @@ class Producer(Protocol):
 class Consumer(Protocol):
     def subscribe(self, topics: Sequence[str], listener: RebalanceListener) -> None: ...
 
+    def advertise(self, info: MemberInfo) -> None:
+        """What this member tells the group (before ``start``): its URL, its standby wishes."""
+        ...
+
+    def group_info(self) -> GroupInfo | None:
+        """Owners and standbys from the last assignment (None before the first)."""
+        ...
+
     async def start(self) -> None: ...
 
     async def aclose(self) -> None: ...
@@ -160,6 +169,30 @@ class Consumer(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class ReadChunk:
+    """Records of one partition from an offset on (see ``PartitionReader.read``)."""
+
+    records: Sequence[ConsumerRecord]  # in offset order; control records left out
+    next_offset: int  # where the next read starts (past control batches and compacted gaps)
+    high_watermark: int
+
+
+class PartitionReader(Protocol):
+    """Reads chosen partitions from chosen offsets, outside any consumer group (restoring
+    tables from their changelogs)."""
+
+    async def bounds(self, tp: TopicPartition) -> tuple[int, int]:
+        """The log start offset and the high watermark of ``tp``."""
+        ...
+
+    async def read(self, tp: TopicPartition, offset: int, max_records: int) -> ReadChunk:
+        """Records from ``offset`` on; empty with ``next_offset == offset`` at the end."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
 class LogClient(Protocol):
     url: str
 
@@ -178,6 +211,8 @@ class LogClient(Protocol):
     def producer(self) -> Producer: ...
 
     def consumer(self, group_id: str, *, auto_offset_reset: str = "earliest") -> Consumer: ...
+
+    def reader(self) -> PartitionReader: ...
 
 
 class DataDirOwnedError(TransportError):

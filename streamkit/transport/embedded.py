@@ -32,10 +32,12 @@ from streamkit.log.records import BatchBuilder, Record, decode_batches, iter_bat
 from streamkit.transport.base import (
     BatchAck,
     Header,
+    ReadChunk,
     RebalanceListener,
     RecordMetadata,
     TransportError,
 )
+from streamkit.transport.placement import GroupInfo, MemberInfo
 
 MAX_BATCH_RECORDS = 2000
 # Well below max.message.bytes' default (1 MiB): a batch of large records is appended sooner.
@@ -145,6 +147,9 @@ class EmbeddedLogClient:
         consumer = EmbeddedConsumer(self, group_id, auto_offset_reset)
         self._consumers.append(consumer)
         return consumer
+
+    def reader(self) -> EmbeddedReader:
+        return EmbeddedReader(self)
 
     def _forget(self, consumer: EmbeddedConsumer) -> None:
         if consumer in self._consumers:
@@ -325,10 +330,19 @@ class EmbeddedConsumer:
         self._unavailable: dict[TopicPartition, str] = {}
         self._event = asyncio.Event()
         self._started = False
+        self._member = MemberInfo()
 
     def subscribe(self, topics: Sequence[str], listener: RebalanceListener) -> None:
         self._topics = list(topics)
         self._listener = listener
+
+    def advertise(self, info: MemberInfo) -> None:
+        self._member = info
+
+    def group_info(self) -> GroupInfo | None:
+        """The only member owns every partition and keeps no standbys."""
+        counts = [len(self._client.log.partitions(t)) for t in self._topics] if self._started else []
+        return GroupInfo({p: self._member.url for p in range(max(counts, default=0))}, frozenset())
 
     def notify(self, tp: TopicPartition) -> None:
         if tp in self._positions:
@@ -465,6 +479,44 @@ class EmbeddedConsumer:
     async def committed(self, tp: TopicPartition) -> int | None:
         found = self._client.log.offsets.fetch(self.group_id, [tp])
         return found[tp][0] if tp in found else None
+
+
+class EmbeddedReader:
+    """A ``PartitionReader`` straight over the data directory's partitions."""
+
+    def __init__(self, client: EmbeddedLogClient) -> None:
+        self._client = client
+
+    def _partition(self, tp: TopicPartition) -> Partition:
+        try:
+            return self._client.log.partition(tp.topic, tp.partition)
+        except LogError as exc:
+            raise TransportError(f"cannot read {tp}: {exc}") from exc
+
+    async def bounds(self, tp: TopicPartition) -> tuple[int, int]:
+        part = self._partition(tp)
+        return part.log_start_offset, part.high_watermark
+
+    async def read(self, tp: TopicPartition, offset: int, max_records: int) -> ReadChunk:
+        part = self._partition(tp)
+        high_watermark = part.high_watermark
+        if offset >= high_watermark:
+            return ReadChunk((), offset, high_watermark)
+        try:
+            data = part.read(offset, MAX_FETCH_BYTES)
+        except OffsetOutOfRangeError as exc:
+            raise TransportError(f"cannot read {tp} from offset {offset}: {exc}") from exc
+        records: list[Record] = []
+        for header, batch in decode_batches(data, verify_crc=True):
+            records.extend(batch if header.base_offset >= offset else (r for r in batch if r.offset >= offset))
+            if len(records) >= max_records:
+                break
+        if records:
+            return ReadChunk(records, records[-1].offset + 1, high_watermark)
+        return ReadChunk((), _next_offset(data, offset) if data else offset, high_watermark)
+
+    async def aclose(self) -> None:
+        return None  # nothing of its own to release: the client owns the log
 
 
 def _next_offset(data: bytes, position: int) -> int:

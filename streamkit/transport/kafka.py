@@ -19,7 +19,12 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
 from aiokafka import TopicPartition as KafkaTP
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from aiokafka.coordinator.protocol import (
+    ConsumerProtocolMemberAssignment,
+    ConsumerProtocolMemberMetadata,
+)
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from streamkit._core.types import TopicPartition
@@ -27,9 +32,21 @@ from streamkit.transport.base import (
     BatchAck,
     ConsumerRecord,
     Header,
+    ReadChunk,
     RebalanceListener,
     RecordMetadata,
     TransportError,
+)
+from streamkit.transport.kafka_tools import KafkaTools
+from streamkit.transport.placement import (
+    GroupInfo,
+    MemberInfo,
+    decode_group,
+    decode_member,
+    encode_group,
+    encode_member,
+    group_infos,
+    range_assign,
 )
 
 logger = logging.getLogger(__name__)
@@ -38,6 +55,7 @@ MAX_QUEUED_BATCHES = 2
 # aiokafka's batch builder wants a list and only reads it: one shared empty list, rather than
 # a new one (a GC-tracked object) per record.
 _NO_HEADERS: list[tuple[str, bytes]] = []
+READ_MAX_BYTES = 4 * 1024 * 1024  # per fetch of a changelog being restored
 
 
 class KafkaLogClient:
@@ -105,8 +123,30 @@ class KafkaLogClient:
     def producer(self) -> KafkaProducer:
         return KafkaProducer(self.bootstrap_servers)
 
+    def reader(self) -> KafkaReader:
+        return KafkaReader(self.bootstrap_servers)
+
     def consumer(self, group_id: str, *, auto_offset_reset: str = "earliest") -> KafkaConsumer:
         return KafkaConsumer(self.bootstrap_servers, group_id, auto_offset_reset)
+
+
+class KafkaReader:
+    """A ``PartitionReader`` through a group-less consumer (``KafkaTools.fetch``)."""
+
+    def __init__(self, bootstrap_servers: str) -> None:
+        self._tools = KafkaTools(bootstrap_servers)
+
+    async def bounds(self, tp: TopicPartition) -> tuple[int, int]:
+        return await self._tools.offsets(tp.topic, tp.partition)
+
+    async def read(self, tp: TopicPartition, offset: int, max_records: int) -> ReadChunk:
+        result = await self._tools.fetch(tp.topic, tp.partition, offset, READ_MAX_BYTES)
+        records = result.records[:max_records]
+        next_offset = records[-1].offset + 1 if len(records) < len(result.records) else result.next_offset
+        return ReadChunk(records, next_offset, result.high_watermark)
+
+    async def aclose(self) -> None:
+        await self._tools.aclose()
 
 
 class _Batch:
@@ -342,14 +382,62 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         await self._listener.on_partitions_assigned({TopicPartition(tp.topic, tp.partition) for tp in assigned})
 
 
+class _Placement:
+    """This member's advertised info and the group info its last assignment brought."""
+
+    def __init__(self) -> None:
+        self.member = MemberInfo()
+        self.group: GroupInfo | None = None
+
+
+def _assignor(placement: _Placement) -> type[AbstractPartitionAssignor]:
+    """An assignor class bound to one consumer (aiokafka calls assignors' class methods):
+    range assignment plus owners and standbys (``placement.py``)."""
+
+    class StreamkitAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
+        name = "streamkit"
+        version = 0
+
+        @classmethod
+        def metadata(cls, topics: Any) -> ConsumerProtocolMemberMetadata:
+            return ConsumerProtocolMemberMetadata(cls.version, list(topics), encode_member(placement.member))
+
+        @classmethod
+        def assign(cls, cluster: Any, members: Any) -> dict[str, ConsumerProtocolMemberAssignment]:
+            subscriptions = {member: list(meta.subscription) for member, meta in members.items()}
+            counts = {
+                topic: len(cluster.partitions_for_topic(topic) or ())
+                for topics in subscriptions.values()
+                for topic in topics
+            }
+            assignment = range_assign(subscriptions, counts)
+            infos = group_infos(
+                assignment, {member: decode_member(meta.user_data) for member, meta in members.items()}, counts
+            )
+            return {
+                member: ConsumerProtocolMemberAssignment(
+                    cls.version, sorted(assignment[member].items()), encode_group(infos[member])
+                )
+                for member in members
+            }
+
+        @classmethod
+        def on_assignment(cls, assignment: ConsumerProtocolMemberAssignment) -> None:
+            placement.group = decode_group(assignment.user_data)
+
+    return StreamkitAssignor
+
+
 class KafkaConsumer:
     def __init__(self, bootstrap_servers: str, group_id: str, auto_offset_reset: str) -> None:
+        self._placement = _Placement()
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=bootstrap_servers,
             group_id=group_id,
             enable_auto_commit=False,
             auto_offset_reset=auto_offset_reset,
-            partition_assignment_strategy=(RangePartitionAssignor,),
+            # Ours first; plain range too, so a group with other Kafka clients still forms.
+            partition_assignment_strategy=(_assignor(self._placement), RangePartitionAssignor),
             session_timeout_ms=10_000,
             heartbeat_interval_ms=1_000,
             max_poll_interval_ms=300_000,
@@ -365,6 +453,12 @@ class KafkaConsumer:
     def subscribe(self, topics: Sequence[str], listener: RebalanceListener) -> None:
         self._topics = list(topics)
         self._listener = listener
+
+    def advertise(self, info: MemberInfo) -> None:
+        self._placement.member = info
+
+    def group_info(self) -> GroupInfo | None:
+        return self._placement.group
 
     async def start(self) -> None:
         try:

@@ -270,6 +270,15 @@ class KafkaTools:
         offsets = tuple(PartitionOffsets(tp.partition, int(starts[tp]), int(ends[tp])) for tp in tps)
         return TopicDescription(name, offsets, await self._topic_config(name), internal)
 
+    async def offsets(self, topic: str, partition: int) -> tuple[int, int]:
+        """The log start offset and high watermark of ``topic``-``partition``."""
+        tp = KafkaTP(topic, partition)
+        consumer = await self._fetch_consumer()
+        async with _errors(f"cannot read the offsets of {topic}-{partition}"):
+            starts = await consumer.beginning_offsets([tp])
+            ends = await consumer.end_offsets([tp])
+        return int(starts[tp]), int(ends[tp])
+
     async def _partition_counts(self, *, internal_too: bool = False) -> dict[str, tuple[int, bool]]:
         """(partition count, internal) of every topic, from the Metadata of all topics."""
         admin = await self._admin_client()

@@ -6,6 +6,10 @@
     GET /status     app, broker, assigned partitions, counters, committed positions, lag
     GET /topology   agents with their input, repartition and sink topics
     GET /metrics    the same counters in Prometheus' text format
+    GET /tables     the app's tables: partitions held here, ready or restoring, keys
+    GET /tables/{name}/{key}          {"key": ..., "value": ...}; 404 JSON when absent; a key
+                    of a partition another worker owns is answered by asking that worker
+    GET /tables/{name}?prefix=&limit= a JSON list of {"key", "value"} held here
 
 Binds 127.0.0.1 unless told otherwise; only GET is served and request bodies are refused.
 """
@@ -15,11 +19,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 
 from streamkit.runtime.worker import Worker
+from streamkit.tables import query
 
 MAX_REQUEST_BYTES = 16 * 1024
+ROUTED_HEADER = "X-Streamkit-Routed-By"
+ROUTE_TIMEOUT_S = 5.0
 
 
 class WebServer:
@@ -51,6 +59,9 @@ class WebServer:
         app.router.add_get("/status", self._status)
         app.router.add_get("/topology", self._topology)
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/tables", self._tables)
+        app.router.add_get("/tables/{name}", self._table_scan)
+        app.router.add_get("/tables/{name}/{key}", self._table_get)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self._port)
@@ -80,7 +91,7 @@ class WebServer:
         return web.Response(text=json.dumps(data, indent=2) + "\n", status=status, content_type="application/json")
 
     async def _index(self, request: web.Request) -> web.Response:
-        return self._json({"endpoints": ["/health", "/status", "/topology", "/metrics"]})
+        return self._json({"endpoints": ["/health", "/status", "/topology", "/metrics", "/tables"]})
 
     async def _health(self, request: web.Request) -> web.Response:
         w = self.worker
@@ -111,8 +122,54 @@ class WebServer:
                 "failing_agents": w.failing_agents(),
                 "stalled": {str(tp): why for tp, why in sorted(w.stalled().items())},
                 "partition_mismatches": w.partition_mismatches,
+                "tables": w.state_manager.describe(),
             }
         )
+
+    async def _tables(self, request: web.Request) -> web.Response:
+        return self._json({"app": self.worker.app.id, "tables": self.worker.state_manager.describe()})
+
+    async def _table_get(self, request: web.Request) -> web.Response:
+        try:
+            table = query.find_table(self.worker.app.tables, request.match_info["name"])
+            try:
+                return self._json(query.lookup(table, request.match_info["key"]))
+            except query.QueryError as exc:
+                if exc.status != 503 or ROUTED_HEADER in request.headers:
+                    raise
+                routed = await self._route(table.partition_of(query.parse_key(table, request.match_info["key"])), request)
+                if routed is None:
+                    raise
+                return routed
+        except query.QueryError as exc:
+            return self._json({"error": exc.message}, exc.status)
+
+    async def _route(self, partition: int, request: web.Request) -> web.Response | None:
+        """Ask the worker that owns ``partition`` (known from the group's assignment), once:
+        the routed request carries a header so it is never routed again."""
+        owner = self.worker.owner_url(partition)
+        if owner is None or owner.rstrip("/") == self.url:
+            return None
+        timeout = aiohttp.ClientTimeout(total=ROUTE_TIMEOUT_S)
+        try:
+            async with aiohttp.ClientSession(timeout=timeout) as http, http.get(
+                owner.rstrip("/") + request.rel_url.path_qs, headers={ROUTED_HEADER: self.url}
+            ) as response:
+                body = await response.read()
+                return web.Response(body=body, status=response.status, content_type="application/json")
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return self._json({"error": f"the owner of partition {partition} at {owner} did not answer: {exc}"}, 503)
+
+    async def _table_scan(self, request: web.Request) -> web.Response:
+        try:
+            table = query.find_table(self.worker.app.tables, request.match_info["name"])
+            try:
+                limit = int(request.query.get("limit", "100"))
+            except ValueError:
+                raise query.QueryError(400, f"limit must be an integer, not {request.query['limit']!r}") from None
+            return self._json(query.scan(table, request.query.get("prefix", ""), limit))
+        except query.QueryError as exc:
+            return self._json({"error": exc.message}, exc.status)
 
     async def _topology(self, request: web.Request) -> web.Response:
         w = self.worker

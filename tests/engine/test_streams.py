@@ -169,10 +169,13 @@ async def test_assignment_listeners_see_tasks_before_they_read_and_after_the_rev
     driver = AppDriver(app)
 
     class Listener:
-        async def tasks_assigned(self, tasks: list[PartitionTask]) -> None:
+        async def partitions_assigned(self, assigned: set[sk.TopicPartition], tasks: list[PartitionTask]) -> None:
+            assert assigned == {sk.TopicPartition("src", 0), sk.TopicPartition("src", 1)}
             calls.append(("assigned", sorted(repr(t) for t in tasks), len(seen)))
 
-        async def tasks_revoked(self, tasks: list[PartitionTask], committed: bool) -> None:
+        async def partitions_revoked(
+            self, revoked: set[sk.TopicPartition], tasks: list[PartitionTask], committed: bool
+        ) -> None:
             calls.append(("revoked", sorted(repr(t) for t in tasks), (committed, dict(driver.worker.committed))))
 
     driver.worker.task_assignment.listeners.append(Listener())

@@ -1,0 +1,90 @@
+"""Recovery: the changelog tail past the local state, and local state that cannot be trusted."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from streamkit._core.partitioner import partition_for_key
+from streamkit.tables.store import RocksStore
+from streamkit.testing import AppDriver
+from streamkit.transport.embedded import EmbeddedLogClient
+from tests.tables import counting_app as capp
+
+
+async def _run(tmp: Path, pairs: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """Run the counting app over ``pairs``; return each table partition's restored records."""
+    async with AppDriver(capp.app, data_dir=str(tmp / "log"), state_dir=str(tmp / "state")) as driver:
+        restored = {key: p.records for key, p in driver.worker.state_manager.restores.items()}
+        for key, value in pairs:
+            await driver.send(capp.events, value, key=key)
+        await driver.process()
+        return restored
+
+
+async def _append_changelog(tmp: Path, key: str, value: int) -> int:
+    """Write one change to the table's changelog as a worker killed before its store write
+    would have left it; returns the partition."""
+    client = EmbeddedLogClient(str(tmp / "log"))
+    await client.start()
+    try:
+        partition = partition_for_key(key.encode(), 3)
+        producer = client.producer()
+        await producer.start()
+        await producer.send("tcount-counts-changelog", key.encode(), str(value).encode(), partition=partition)
+        await producer.aclose()
+        return partition
+    finally:
+        await client.aclose()
+
+
+async def _table(tmp: Path) -> dict[str, int]:
+    async with AppDriver(capp.app, data_dir=str(tmp / "log"), state_dir=str(tmp / "state")):
+        return dict(capp.counts.items())
+
+
+async def test_a_restart_replays_exactly_the_changelog_tail(tmp_path: Path) -> None:
+    await _run(tmp_path, [("a", 1), ("b", 2), ("a", 3)])
+    partition = await _append_changelog(tmp_path, "a", 40)
+    restored = await _run(tmp_path, [])
+    assert restored[("counts", partition)] == 1
+    assert sum(restored.values()) == 1
+    assert await _table(tmp_path) == {"a": 40, "b": 2}
+
+
+async def test_corrupt_local_state_is_rebuilt_from_the_changelog(tmp_path: Path) -> None:
+    await _run(tmp_path, [("a", 1), ("b", 2), ("c", 5)])
+    for directory, _dirs, files in os.walk(tmp_path / "state"):
+        for name in files:
+            if name == "CURRENT" or name.startswith("MANIFEST"):
+                Path(directory, name).write_bytes(b"\x00damaged")
+    async with AppDriver(capp.app, data_dir=str(tmp_path / "log"), state_dir=str(tmp_path / "state")) as driver:
+        wiped = [p.wiped for p in driver.worker.state_manager.restores.values() if p.wiped]
+        assert wiped and all(w.startswith("corrupt") for w in wiped)
+        assert dict(capp.counts.items()) == {"a": 1, "b": 2, "c": 5}
+
+
+async def test_foreign_local_state_is_rebuilt_not_served(tmp_path: Path) -> None:
+    await _run(tmp_path, [("a", 1)])
+    partition = partition_for_key(b"a", 3)
+    path = tmp_path / "state" / "counts" / str(partition)
+    store = RocksStore(str(path))
+    store.set_identity("another-app/counts/0/another-app-counts-changelog")
+    store.apply([(b"intruder", b"99")], 1)
+    store.close()
+    async with AppDriver(capp.app, data_dir=str(tmp_path / "log"), state_dir=str(tmp_path / "state")) as driver:
+        progress = driver.worker.state_manager.restores[("counts", partition)]
+        assert progress.wiped is not None and progress.wiped.startswith("foreign")
+        assert dict(capp.counts.items()) == {"a": 1}
+
+
+async def test_state_ahead_of_a_recreated_changelog_is_rebuilt(tmp_path: Path) -> None:
+    await _run(tmp_path, [("a", 1), ("a", 1), ("b", 1)])
+    client = EmbeddedLogClient(str(tmp_path / "log"))
+    await client.start()
+    client.log.delete_topic("tcount-counts-changelog")
+    await client.aclose()
+    async with AppDriver(capp.app, data_dir=str(tmp_path / "log"), state_dir=str(tmp_path / "state")) as driver:
+        wiped = [p.wiped for p in driver.worker.state_manager.restores.values() if p.wiped]
+        assert wiped and all(w.startswith("ahead") for w in wiped)
+        assert dict(capp.counts.items()) == {}
