@@ -404,3 +404,27 @@ async def test_an_agent_instance_dying_past_its_supervisor_fails_the_worker(
         assert driver.worker.state == "failed"
     logged = [r for r in caplog.records if "fragile[0]#0 failed, stopping the worker" in r.getMessage()]
     assert len(logged) == 1 and logged[0].exc_info is not None
+
+
+async def test_an_input_with_another_partition_count_is_an_error_when_the_app_has_tables(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = EmbeddedLogClient(str(tmp_path))
+    await client.start()
+    await client.ensure_topic("clicks", 1)  # auto-created by a producer that came first
+    await client.aclose()
+
+    app = sk.App("parts-tables")
+    clicks = app.topic("clicks", key_type=str, value_type=int, partitions=4)
+    counts = app.Table("counts", default=int, store="memory")
+
+    @app.agent(clicks)
+    async def count(stream: sk.Stream) -> None:
+        async for key, _ in stream.items():
+            counts[key] += 1
+
+    async with AppDriver(app, data_dir=str(tmp_path)) as driver:
+        mismatch = driver.worker.partition_mismatches["clicks"]
+    said = [r for r in caplog.records if "but is declared with 4" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelno == logging.ERROR
+    assert "co-partitioned with table counts" in mismatch
