@@ -89,6 +89,8 @@ def _type_check(type_: Any, serde: Serde) -> Callable[[Any], bool] | None:
         return lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
     if type_ is bytes:
         return lambda v: isinstance(v, (bytes, bytearray, memoryview))
+    if type_ is str:  # bytes are taken as the encoded string, as the str serializer does
+        return lambda v: isinstance(v, (str, bytes))
     if isinstance(type_, type):
         return lambda v: isinstance(v, type_)
 
@@ -143,6 +145,8 @@ class Topic:
         )
         self._key_ok = _type_check(key_type, self.key_serde)
         self._value_ok = _type_check(value_type, self.value_serde)
+        # The engine's per-record paths check values with this (None: nothing declared).
+        self.value_check: Callable[[Any], None] | None = None if self._value_ok is None else self._check_value
         self.partitions = partitions
         self.internal = internal
         cfg = dict(config or {})
@@ -170,6 +174,10 @@ class Topic:
             raise SerdeError(self._mismatch("values", self.value_type, value))
         if key is not None and self._key_ok is not None and not self._key_ok(key):
             raise SerdeError(self._mismatch("keys", self.key_type, key))
+
+    def _check_value(self, value: Any) -> None:
+        if value is not None and self._value_ok is not None and not self._value_ok(value):
+            raise SerdeError(self._mismatch("values", self.value_type, value))
 
     def _mismatch(self, what: str, type_: Any, got: Any) -> str:
         shown = repr(got)

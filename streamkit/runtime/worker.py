@@ -311,13 +311,19 @@ class Worker:
             return functools.partial(self.forward, agent)
         send = sender.send_nowait
         get_event = current_event.get
+        # A yielded value of another type than a sink declares is refused like a send's: the
+        # record being processed fails (dead letter), with the sink's name in the error.
+        checks = [check for sink in sinks if (check := sink.value_check) is not None]
         if len(sinks) == 1:
             sink = sinks[0]
+            check = checks[0] if checks else None
 
             def forward_one(value: Any) -> Awaitable[None] | None:
                 event = get_event()
                 if event is None or app.sender is None:
                     return self._forward(agent, value, event)
+                if check is not None:
+                    check(value)
                 return send(sink, event.key, value, event.timestamp)
 
             return forward_one
@@ -326,6 +332,8 @@ class Worker:
             event = get_event()
             if event is None or app.sender is None:
                 return self._forward(agent, value, event)
+            for check in checks:
+                check(value)
             waits = [w for sink in sinks if (w := send(sink, event.key, value, event.timestamp)) is not None]
             return _wait_all(waits) if waits else None
 

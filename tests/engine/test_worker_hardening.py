@@ -428,3 +428,34 @@ async def test_an_input_with_another_partition_count_is_an_error_when_the_app_ha
     said = [r for r in caplog.records if "but is declared with 4" in r.getMessage()]
     assert len(said) == 1 and said[0].levelno == logging.ERROR
     assert "co-partitioned with table counts" in mismatch
+
+
+async def test_a_yielded_value_of_the_wrong_type_is_dead_lettered_with_the_sinks_name() -> None:
+    app = sk.App("typed-yield")
+    src = app.topic("src", value_type=int)
+    numbers = app.topic("numbers", value_type=int)
+    words = app.topic("words", key_type=str, value_type=str)
+
+    @app.agent(src, sink=[numbers])
+    async def one_sink(stream: sk.Stream):  # type: ignore[no-untyped-def]
+        async for v in stream:
+            yield "seven" if v == 7 else v
+
+    @app.agent(app.topic("src2", value_type=int), sink=[numbers, words])
+    async def two_sinks(stream: sk.Stream):  # type: ignore[no-untyped-def]
+        async for v in stream:
+            yield str(v)
+
+    async with AppDriver(app) as driver:
+        for v in (6, 7, 8):
+            await driver.send(src, v)
+        await driver.send(app.topics["src2"], 1)
+        await driver.process()
+        assert [e.value for e in await driver.read(numbers)] == [6, 8]
+        assert await driver.read(words) == []  # nothing of a refused value went anywhere
+        dead = await driver.dead_letters()
+    errors = sorted(dict(e.headers)["streamkit.error"].decode() for e in dead)
+    assert errors == [
+        "SerdeError: topic 'numbers' takes values of type int, not str: '1'",
+        "SerdeError: topic 'numbers' takes values of type int, not str: 'seven'",
+    ]
