@@ -17,6 +17,12 @@ All measurements move the same records (``--records`` of ``--record-bytes`` each
    ``batch.size``, timed until ``flush`` returns; then a consumer reading every record back,
    timed from its first record to its last.
 
+7. ``--durable-cost`` (alone): what ``streamkit broker --durable`` costs. Producers that wait
+   for each ack (acks=all, one request of ``--durable-batch`` records in flight each), 1 and 16
+   of them (``--durable-producers``), against a default broker and a ``--durable`` one; the
+   requests each fsync covered (group commit) come from the broker's log. Then confluent-kafka
+   with big batches (acks=all) against both.
+
 For each wire phase the broker's CPU seconds (from /proc) are printed too, which tells whether
 the broker or the client was the bottleneck. ``--repeat N`` runs everything N times and
 reports medians (the machine is noisy), with the range of each ratio.
@@ -57,6 +63,7 @@ from streamkit.transport.embedded import EmbeddedLogClient
 
 MIB = 1024 * 1024
 TOPIC = "bench"
+STREAMKIT = Path(sys.executable).parent / "streamkit"  # the installed console script, as users run it
 
 
 @dataclass
@@ -221,11 +228,14 @@ def read_all(partition: object) -> int:
 
 
 class BrokerProc:
-    def __init__(self, data_dir: Path) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "streamkit.cli.broker", "--data-dir", str(data_dir), "--port", "0"],
-            stdout=subprocess.PIPE, text=True,
-        )
+    def __init__(self, data_dir: Path, *options: str) -> None:
+        self.stderr_path = data_dir.with_name(data_dir.name + ".stderr")
+        with open(self.stderr_path, "w") as stderr:
+            self.proc = subprocess.Popen(
+                [str(STREAMKIT), "broker", "--data-dir", str(data_dir), "--port", "0", "--log-level", "info",
+                 *options],
+                stdout=subprocess.PIPE, stderr=stderr, text=True,
+            )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         match = re.search(r"listening on (\S+):(\d+) \(", line)
@@ -234,6 +244,11 @@ class BrokerProc:
             raise SystemExit(f"broker did not start: {line!r}")
         self.host, self.port = match.group(1), int(match.group(2))
         self.bootstrap = f"{self.host}:{self.port}"
+
+    def fsync_rounds(self) -> tuple[int, int] | None:
+        """(fsync rounds, produce requests) a stopped ``--durable`` broker logged."""
+        match = re.search(r"durable: (\d+) fsync rounds for (\d+) produce requests", self.stderr_path.read_text())
+        return None if match is None else (int(match.group(1)), int(match.group(2)))
 
     def cpu_s(self) -> float:
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -331,9 +346,9 @@ def check_produce(frame: bytes) -> None:
         raise SystemExit(f"produce failed with error {error}")
 
 
-def confluent_produce(broker: BrokerProc, records: list[bytes], args: argparse.Namespace) -> Rate:
+def confluent_produce(broker: BrokerProc, records: list[bytes], args: argparse.Namespace, acks: int | str = 1) -> Rate:
     producer = Producer({
-        "bootstrap.servers": broker.bootstrap, "acks": 1, "linger.ms": args.linger_ms,
+        "bootstrap.servers": broker.bootstrap, "acks": acks, "linger.ms": args.linger_ms,
         "batch.size": args.batch_bytes, "queue.buffering.max.messages": 2_000_000,
         "queue.buffering.max.kbytes": 2_000_000, "compression.type": "none",
         # batch.size alone does not fill a batch: librdkafka also stops at batch.num.messages
@@ -360,7 +375,7 @@ def confluent_produce(broker: BrokerProc, records: list[bytes], args: argparse.N
     seconds = time.perf_counter() - started
     if left:
         raise SystemExit(f"{left} records unacknowledged")
-    return Rate("wire produce, confluent-kafka acks=1", len(records), sum(map(len, records)), seconds,
+    return Rate(f"wire produce, confluent-kafka acks={acks}", len(records), sum(map(len, records)), seconds,
                 broker.cpu_s() - cpu)
 
 
@@ -398,6 +413,83 @@ def confluent_consume(broker: BrokerProc, count: int, value_bytes: int) -> Rate:
     consumer.close()
     return Rate("wire consume, confluent-kafka", got - first, (got - first) * value_bytes, seconds,
                 broker.cpu_s() - cpu)
+
+
+def durable_cost(base: Path, args: argparse.Namespace) -> None:
+    """What ``--durable`` costs: producers that each wait for every ack (acks=all, one request
+    in flight, ``--durable-batch`` records per request) against a default broker and a
+    ``--durable`` one; then the same with confluent-kafka's big batches. Each phase runs
+    ``--durable-seconds``; records/s and the mean time to an ack are printed."""
+    value = b"x" * args.record_bytes
+    batch = encode([value] * args.durable_batch, int(time.time() * 1000))
+    print(f"--durable: {args.durable_batch} records of {args.record_bytes} B per request, acks=all, "
+          f"one request in flight per producer, {args.durable_seconds:g} s per phase")
+    rows = []
+    for producers in args.durable_producers:
+        for options in ((), ("--durable",)):
+            name = "--durable" if options else "default"
+            broker = BrokerProc(base / f"durable-{name}-{producers}", *options)
+            try:
+                count, seconds, latencies = _acked_producers(broker, batch, producers, args.durable_seconds)
+            finally:
+                broker.stop()
+            records = count * args.durable_batch
+            rows.append((producers, name, records / seconds, count / seconds,
+                         statistics.mean(latencies) * 1000 if latencies else 0.0, broker.fsync_rounds()))
+    print(f"{'producers':>9} {'broker':>10} {'records/s':>12} {'requests/s':>11} {'mean ack ms':>12} "
+          f"{'requests per fsync':>19}")
+    for producers, name, rps, qps, ms, rounds in rows:
+        shared = "-" if rounds is None else f"{rounds[1] / max(rounds[0], 1):.1f}"
+        print(f"{producers:>9} {name:>10} {rps:>12,.0f} {qps:>11,.0f} {ms:>12.2f} {shared:>19}")
+    for options in ((), ("--durable",)):
+        broker = BrokerProc(base / f"durable-confluent-{len(options)}", *options)
+        try:
+            count = max(1, int(args.durable_seconds * 200_000))
+            records = [value] * count
+            rate = confluent_produce(broker, records, args, acks="all")
+        finally:
+            broker.stop()
+        print(f"confluent-kafka acks=all, batch.size={args.batch_bytes}, {'--durable' if options else 'default':>9}: "
+              f"{rate.records_per_s:,.0f} rec/s")
+
+
+def _acked_producers(broker: BrokerProc, batch: bytes, producers: int, seconds: float) -> tuple[int, float, list[float]]:
+    """``producers`` threads, each one socket sending ``batch`` and waiting for its ack, for ``seconds``."""
+    topic = f"{TOPIC}-acked"
+    setup = RawWire(broker.host, broker.port)
+    setup.send(MetadataRequest_v5(topics=[topic], allow_auto_topic_creation=True))  # creates it
+    setup.recv()
+    setup.close()
+    latencies: list[float] = []
+    counts = [0] * producers
+    start = threading.Barrier(producers + 1)
+    stop_at = [0.0]
+
+    def run(i: int) -> None:
+        wire = RawWire(broker.host, broker.port)
+        frame = wire.frame(ProduceRequest_v7(transactional_id=None, required_acks=-1, timeout=30_000,
+                                             topics=[(topic, [(0, batch)])]))
+        own: list[float] = []
+        start.wait()
+        while time.perf_counter() < stop_at[0]:
+            sent = time.perf_counter()
+            wire.sock.sendall(frame)
+            check_produce(wire.recv())
+            own.append(time.perf_counter() - sent)
+            counts[i] += 1
+        wire.close()
+        latencies.extend(own)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(producers)]
+    for thread in threads:
+        thread.start()
+    settle()
+    started = time.perf_counter()
+    stop_at[0] = started + seconds
+    start.wait()
+    for thread in threads:
+        thread.join()
+    return sum(counts), time.perf_counter() - started, latencies
 
 
 def loopback_tcp(nbytes: int) -> tuple[Rate, Rate]:
@@ -515,7 +607,20 @@ def main() -> None:
     parser.add_argument("--linger-ms", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=1, help="runs of every phase; medians are reported")
     parser.add_argument("--dir", type=Path, default=None, help="where to put the data (default: a temp dir)")
+    parser.add_argument("--durable-cost", action="store_true",
+                        help="only measure what 'streamkit broker --durable' costs (see durable_cost)")
+    parser.add_argument("--durable-producers", type=lambda s: [int(x) for x in s.split(",")], default=[1, 16],
+                        help="producer counts for --durable-cost, comma-separated")
+    parser.add_argument("--durable-batch", type=int, default=10, help="records per request for --durable-cost")
+    parser.add_argument("--durable-seconds", type=float, default=5.0, help="seconds per --durable-cost phase")
     args = parser.parse_args()
+    if args.durable_cost:
+        base = Path(tempfile.mkdtemp(prefix="broker-bench-", dir=args.dir))
+        try:
+            durable_cost(base, args)
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+        return
     count = args.records or int(args.size_mb * 1e6 / args.record_bytes)
     print(f"{count:,} records of {args.record_bytes} bytes ({count * args.record_bytes / 1e6:,.0f} MB), "
           f"batch.size={args.batch_bytes}, linger.ms={args.linger_ms}, {os.cpu_count()} CPUs, "

@@ -81,6 +81,7 @@ PARTITIONS = 4
 KEYS = 1000
 VALUE_BYTES = 100
 POLL_S = 0.02
+STREAMKIT = Path(sys.executable).parent / "streamkit"  # the installed console script, as users run it
 LOAD_BATCH = 2000
 RUN_TIMEOUT_S = 1800.0
 VARIANTS = ("embedded", "broker", "faust", "raw-send", "raw-batch")
@@ -231,7 +232,7 @@ class Broker:
         self.stderr_path = data_dir.parent / "broker.stderr"
         with open(self.stderr_path, "w") as stderr:
             self.proc = children.start(
-                [sys.executable, "-m", "streamkit.cli.broker", "--data-dir", str(data_dir),
+                [str(STREAMKIT), "broker", "--data-dir", str(data_dir),
                  "--host", "127.0.0.1", "--port", "0", "--log-level", "warning"],
                 stdout=subprocess.PIPE, stderr=stderr, text=True,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},

@@ -14,22 +14,32 @@ from streamkit._core.serde import Serde, SerdeError
 from streamkit._core.types import TopicPartition
 from streamkit.agents import Agent
 from streamkit.app import App
+from streamkit.conf import Settings
 from streamkit.streams import Event, Stream
 from streamkit.topics import Topic
+from streamkit.typenames import AgentT, ChannelT, EventT, StreamT, TableT, TopicT, uuid
 
 __all__ = [
     "Agent",
+    "AgentT",
     "App",
+    "ChannelT",
     "ConfigError",
     "Event",
+    "EventT",
     "Record",
     "Serde",
     "SerdeError",
+    "Settings",
     "Stream",
+    "StreamT",
     "StreamkitError",
+    "TableT",
     "Topic",
     "TopicPartition",
+    "TopicT",
     "__version__",
+    "uuid",
 ]
 
 __version__ = "0.1.0"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
+from types import GenericAlias
 from typing import TYPE_CHECKING, Any, Union
 
 from streamkit._core.errors import ConfigError
@@ -26,6 +27,10 @@ Sink = Union[Topic, "Agent", Callable[[Any], Any]]
 
 
 class Agent:
+    # Subscriptable as Faust's (``Agent[Order]`` in annotations); a runtime alias only.
+    def __class_getitem__(cls, item: Any) -> GenericAlias:
+        return GenericAlias(cls, item)
+
     def __init__(
         self,
         app: App,

@@ -7,21 +7,18 @@ starts.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from streamkit._core.errors import ConfigError
 from streamkit.agents import Agent, AgentFn, Sink
+from streamkit.conf import Settings
 from streamkit.dsl import KStream, KTable, Pipeline, Source, compile_pipeline, table_stream
 from streamkit.tables.table import Table
 from streamkit.topics import Sender, Topic, to_ms
 
 _Table = Table  # the class, as annotations inside App (where ``Table`` is a method) name it
-
-_APP_ID = re.compile(r"^[a-zA-Z0-9._-]{1,200}$")
-ERROR_POLICIES = ("dlq", "stop")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,33 +42,15 @@ class App:
     (['count'], 'shop-dlq')
     """
 
-    def __init__(
-        self,
-        id: str,
-        *,
-        broker: str = "file://.streamkit",
-        on_error: str = "dlq",
-        commit_interval: float = 1.0,
-        auto_offset_reset: str = "earliest",
-        topic_partitions: int = 1,
-        max_agent_failures: int = 10,
-    ) -> None:
-        if not _APP_ID.match(id):
-            raise ConfigError(f"app id {id!r} must be 1-200 characters of a-z, A-Z, 0-9, '.', '_', '-'")
-        if on_error not in ERROR_POLICIES:
-            raise ConfigError(f"on_error must be one of {ERROR_POLICIES}, not {on_error!r}")
-        if auto_offset_reset not in ("earliest", "latest"):
-            raise ConfigError("auto_offset_reset must be 'earliest' or 'latest'")
-        self.id = id
-        self.broker = broker
-        self.on_error = on_error
-        self.commit_interval_ms = to_ms(commit_interval, "commit_interval") or 1000
-        self.auto_offset_reset = auto_offset_reset
-        self.topic_partitions = topic_partitions
-        if max_agent_failures < 1:
-            raise ConfigError("max_agent_failures must be at least 1")
-        # An agent failing this many times in a row without processing a record stops the worker.
-        self.max_agent_failures = max_agent_failures
+    def __init__(self, id: str, **settings: Any) -> None:
+        """``settings``: any of Faust's settings and streamkit's own (``streamkit.conf``):
+        ``broker`` (``file://DIR``, the default ``file://.streamkit``, or
+        ``kafka://host:port``), ``on_error`` (``"dlq"`` or ``"stop"``), ``commit_interval``
+        (seconds), ``auto_offset_reset``, ``topic_partitions``, ``version``,
+        ``value_serializer``, ...; all readable and writable on ``app.conf``. An unknown
+        name is a ``ConfigError``."""
+        self.conf = Settings(id, **settings)
+        self.id = self.conf.id
         self.topics: dict[str, Topic] = {}
         self.agents: dict[str, Agent] = {}
         self.tables: dict[str, _Table] = {}
@@ -79,7 +58,37 @@ class App:
         self.timers: list[Timer] = []
         self.tasks: list[Callable[[], Awaitable[Any]]] = []
         self.sender: Sender | None = None
-        self.dlq_topic = self.topic(f"{id}-dlq", key_serializer="raw", value_serializer="raw", internal=True)
+        self.dlq_topic = self.topic(f"{self.id}-dlq", key_serializer="raw", value_serializer="raw", internal=True)
+
+    # The settings the runtime reads, kept on ``app.conf`` so both spellings agree.
+    @property
+    def broker(self) -> str:
+        return str(self.conf.broker)
+
+    @broker.setter
+    def broker(self, url: str) -> None:
+        self.conf.broker = url
+
+    @property
+    def on_error(self) -> str:
+        return str(self.conf.on_error)
+
+    @property
+    def commit_interval_ms(self) -> int:
+        return self.conf.commit_interval_ms
+
+    @property
+    def auto_offset_reset(self) -> str:
+        return str(self.conf.consumer_auto_offset_reset)
+
+    @property
+    def topic_partitions(self) -> int:
+        return int(self.conf.topic_partitions)
+
+    @property
+    def max_agent_failures(self) -> int:
+        """An agent failing this many times in a row without processing a record stops the worker."""
+        return int(self.conf.max_agent_failures)
 
     def __repr__(self) -> str:
         return f"<App {self.id!r} broker={self.broker!r}>"

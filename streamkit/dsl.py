@@ -269,6 +269,33 @@ class KTable:
         return KTable(self.app, result, pipeline)
 
 
+def copartitioning_errors(pipelines: list[Pipeline], count_of: Callable[[Topic], int | None]) -> list[str]:
+    """What breaks co-partitioning in ``pipelines``, given topics' partition counts: a stream
+    joined with a (non-global) table must have the table's partition count, and so must the
+    two tables of a table-table join; else records and table keys would not meet."""
+    errors = []
+    for pipeline in pipelines:
+        source = pipeline[0]
+        assert isinstance(source, Source)
+        for node in pipeline:
+            if isinstance(node, Join) and not node.table.is_global:
+                stream_count = count_of(source.topic)
+                table_count = node.table.partition_count
+                if stream_count is not None and table_count is not None and stream_count != table_count:
+                    errors.append(
+                        f"stream {source.topic.name!r} ({stream_count} partitions) is joined with table "
+                        f"{node.table.name!r} ({table_count} partitions): they must be co-partitioned "
+                        f"(declare both with the same partitions=, or re-key the stream with group_by first)"
+                    )
+            if isinstance(node, TableJoin) and node.left.partition_count != node.right.partition_count:
+                errors.append(
+                    f"tables {node.left.name!r} ({node.left.partition_count} partitions) and "
+                    f"{node.right.name!r} ({node.right.partition_count} partitions) are joined: they must "
+                    f"have the same partitions="
+                )
+    return errors
+
+
 def table_stream(app: App, table: Table) -> KStream:
     return KStream(app, (Source(table.changelog_topic, table),))
 

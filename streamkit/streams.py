@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from types import GenericAlias
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from streamkit._core.clock import Clock
@@ -31,6 +32,10 @@ Header = tuple[str, bytes | None]
 @dataclass(slots=True)
 class Event:
     """A record as the agent sees it: decoded key and value plus where it came from."""
+
+    # Subscriptable as Faust's (``Event[Order]`` in annotations); a runtime alias only.
+    def __class_getitem__(cls, item: Any) -> GenericAlias:
+        return GenericAlias(cls, item)
 
     topic: str
     partition: int
@@ -108,6 +113,10 @@ class Stream:
     ``async for value in stream`` gives values, ``stream.items()`` (key, value) pairs and
     ``stream.events()`` whole ``Event``s with offset, timestamp and headers.
     """
+
+    # Subscriptable as Faust's (``Stream[Order]`` in annotations); a runtime alias only.
+    def __class_getitem__(cls, item: Any) -> GenericAlias:
+        return GenericAlias(cls, item)
 
     def __init__(self, source: Source, getter: Getter | None = None, nowait: NowaitGetter | None = None) -> None:
         self._source = source

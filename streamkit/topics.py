@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
+from types import GenericAlias
 from typing import TYPE_CHECKING, Any, Protocol
 
 from streamkit._core.errors import ConfigError, StreamkitError
@@ -89,8 +90,8 @@ def _type_check(type_: Any, serde: Serde) -> Callable[[Any], bool] | None:
         return lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
     if type_ is bytes:
         return lambda v: isinstance(v, (bytes, bytearray, memoryview))
-    if type_ is str:  # bytes are taken as the encoded string, as the str serializer does
-        return lambda v: isinstance(v, (str, bytes))
+    if type_ is str and getattr(serde, "name", None) == "str":
+        return lambda v: isinstance(v, (str, bytes))  # bytes: the encoded string, as it stores them
     if isinstance(type_, type):
         return lambda v: isinstance(v, type_)
 
@@ -114,6 +115,10 @@ class Topic:
     ('orders', 4, '3600000')
     """
 
+    # Subscriptable as Faust's (``Stream[Order]`` in annotations); a runtime alias only.
+    def __class_getitem__(cls, item: Any) -> GenericAlias:
+        return GenericAlias(cls, item)
+
     def __init__(
         self,
         app: App,
@@ -136,13 +141,10 @@ class Topic:
         self.name = name
         self.key_type = key_type
         self.value_type = value_type
-        # As in Faust: keys default to raw bytes, values to JSON. A serializer name and a type
-        # together (value_serializer="msgpack", value_type=Order) decode into that type.
-        self.key_serde = serde_for(key_serializer if key_serializer is not None else key_type, key_type)
-        self.value_serde = serde_for(
-            value_serializer if value_serializer is not None else (value_type if value_type is not None else "json"),
-            value_type,
-        )
+        # As in Faust: the topic's serializer, else the record class's, else the app's
+        # (key_serializer="raw", value_serializer="json" unless the app says otherwise).
+        self.key_serde = serde_for(key_serializer, key_type, default=app.conf.key_serializer)
+        self.value_serde = serde_for(value_serializer, value_type, default=app.conf.value_serializer)
         self._key_ok = _type_check(key_type, self.key_serde)
         self._value_ok = _type_check(value_type, self.value_serde)
         # The engine's per-record paths check values with this (None: nothing declared).
@@ -170,8 +172,7 @@ class Topic:
         ...
         streamkit._core.serde.SerdeError: topic 'counts' takes values of type int, not str: '3'
         """
-        if value is not None and self._value_ok is not None and not self._value_ok(value):
-            raise SerdeError(self._mismatch("values", self.value_type, value))
+        self._check_value(value)
         if key is not None and self._key_ok is not None and not self._key_ok(key):
             raise SerdeError(self._mismatch("keys", self.key_type, key))
 

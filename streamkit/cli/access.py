@@ -8,7 +8,10 @@ Commands code only against ``LogAccess``; ``open_access`` picks the implementati
   broker is a ``TransportError`` like every other wire failure, so the command ends with one
   line and exit code 2 (the log named cannot be used, as with a locked data directory).
 * ``DataDirAccess`` (``--data-dir DIR``, the default): ``EmbeddedAccess`` opens the
-  directory itself through ``LogManager`` and holds its lock while it works. When another
+  directory itself through ``LogManager`` and holds its lock while it works: read-only (a
+  shared lock; nothing in the directory changes, damage is reported, never repaired) until
+  the first call that writes (create, delete, alter, produce, commit), which reopens it for
+  writing; only then may recovery repair, and a cut it makes is reported as data loss. When another
   process holds the lock and has recorded where it serves the wire protocol in
   ``DIR/.owner`` (see ``log.manager``: a broker or a worker writes it), the command goes
   through that owner instead (DESIGN.md: one data directory, one owner, many users). A
@@ -35,6 +38,7 @@ from streamkit._core.types import TopicPartition
 from streamkit.log.compression import CODEC_IDS
 from streamkit.log.errors import DataDirLockedError, OffsetOutOfRangeError
 from streamkit.log.manager import LogManager, owner_address
+from streamkit.log.offsets import OFFSETS_TOPIC
 from streamkit.log.records import NewRecord, Record, decode_batches
 from streamkit.transport.base import TransportError
 from streamkit.transport.kafka_tools import FetchOutOfRangeError, KafkaTools
@@ -134,7 +138,7 @@ class EmbeddedAccess:
     """``LogAccess`` over a data directory this process opens (and locks) itself.
 
     The directory is opened on first use and closed by ``idle`` and ``close``; a use after
-    ``idle`` opens it again. Opening waits up to ``lock_wait_s`` for another streamkit
+    ``idle`` opens it again. Reads open it read-only; the first write reopens it writable. Opening waits up to ``lock_wait_s`` for another streamkit
     command that holds the lock briefly (a ``consume --follow`` between two polls).
     """
 
@@ -145,27 +149,32 @@ class EmbeddedAccess:
         self._create = create
         self._lock_wait_s = lock_wait_s
         self._warn = warn
+        self._warned: set[str] = set()
         self._manager: LogManager | None = None
 
-    def open(self, *, lock_wait_s: float | None = None) -> None:
+    def open(self, *, lock_wait_s: float | None = None, write: bool = False) -> None:
         """Open the directory now (a no-op when open); ``lock_wait_s`` overrides the wait."""
-        self._open(self._lock_wait_s if lock_wait_s is None else lock_wait_s)
+        self._open(self._lock_wait_s if lock_wait_s is None else lock_wait_s, write)
 
-    def _log(self) -> LogManager:
-        return self._open(self._lock_wait_s)
+    def _log(self, *, write: bool = False) -> LogManager:
+        return self._open(self._lock_wait_s, write)
 
-    def _open(self, lock_wait_s: float) -> LogManager:
+    def _open(self, lock_wait_s: float, write: bool) -> LogManager:
         if self._manager is not None:
-            return self._manager
+            if not write or not self._manager.read_only:
+                return self._manager
+            self.close()  # reopen for writing
         if self.data_dir.exists() and not self.data_dir.is_dir():
             raise ConfigError(f"data directory {self.data_dir} is not a directory")
-        if not self._create and not self.data_dir.is_dir():
-            raise ConfigError(
-                f"no data directory at {self.data_dir} (create a topic first, or pass --data-dir)"
-            )
+        if not self.data_dir.is_dir():
+            if not self._create:
+                raise ConfigError(
+                    f"no data directory at {self.data_dir} (create a topic first, or pass --data-dir)"
+                )
+            write = True  # making the directory is a write
         deadline = time.monotonic() + lock_wait_s
         while True:
-            manager = LogManager(self.data_dir, background=False)
+            manager = LogManager(self.data_dir, background=False, read_only=not write, warn=self._warn_once)
             try:
                 manager.open()
                 break
@@ -173,23 +182,27 @@ class EmbeddedAccess:
                 if time.monotonic() >= deadline:
                     raise
                 time.sleep(0.02)
-        for report in manager.recovery_reports:
-            self._warn(f"recovered {report}")
         self._manager = manager
         return manager
+
+    def _warn_once(self, message: str) -> None:
+        # A directory reopened (``idle``, a first write) reports the same damage again.
+        if message not in self._warned:
+            self._warned.add(message)
+            self._warn(message)
 
     def list_topics(self, *, include_internal: bool = False) -> list[str]:
         return self._log().list_topics(include_internal=include_internal)
 
     def create_topic(self, name: str, partitions: int | None, config: Mapping[str, str]) -> TopicState:
-        self._log().create_topic(name, partitions, config)
+        self._log(write=True).create_topic(name, partitions, config)
         return self.describe_topic(name)
 
     def delete_topic(self, name: str) -> None:
-        self._log().delete_topic(name)
+        self._log(write=True).delete_topic(name)
 
     def add_partitions(self, name: str, total: int) -> TopicState:
-        self._log().add_partitions(name, total)
+        self._log(write=True).add_partitions(name, total)
         return self.describe_topic(name)
 
     def describe_topic(self, name: str) -> TopicState:
@@ -207,7 +220,7 @@ class EmbeddedAccess:
         codec = CODEC_IDS.get(compression)
         if codec is None:
             raise ConfigError(f"unknown compression {compression!r}")
-        part = self._log().partition(topic, partition)
+        part = self._log(write=True).partition(topic, partition)
         result = part.append_records(records, compression_codec=codec)
         part.maybe_flush()  # honour flush.ms; close() flushes the rest
         return result.base_offset
@@ -229,11 +242,14 @@ class EmbeddedAccess:
         return Fetched(records, next_offset, high_watermark)
 
     def committed(self, group: str, topic: str) -> dict[int, int]:
-        offsets = self._log().offsets.fetch(group)
+        log = self._log()
+        if not log.has_topic(OFFSETS_TOPIC):
+            return {}  # nothing was ever committed here
+        offsets = log.offsets.fetch(group)
         return {tp.partition: offset for tp, (offset, _meta) in offsets.items() if tp.topic == topic}
 
     def commit(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
-        self._log().offsets.commit(
+        self._log(write=True).offsets.commit(
             group, {TopicPartition(topic, p): (offset, "") for p, offset in offsets.items()}
         )
 
@@ -347,29 +363,30 @@ class DataDirAccess:
         self._embedded = EmbeddedAccess(data_dir, create=create, warn=warn)
         self._owner: BrokerAccess | None = None
 
-    def _access(self) -> LogAccess:
+    def _access(self, *, write: bool = False) -> LogAccess:
         if self._owner is not None:
             return self._owner
         try:
-            self._embedded.open(lock_wait_s=0)
+            self._embedded.open(lock_wait_s=0, write=write)
         except DataDirLockedError:
             self._owner = connect_to_owner(self.data_dir)
             if self._owner is not None:
                 return self._owner
-            self._embedded.open()  # a brief holder (another command) may let go: wait as usual
+            # A brief holder (another command) may let go: wait as usual.
+            self._embedded.open(write=write)
         return self._embedded
 
     def list_topics(self, *, include_internal: bool = False) -> list[str]:
         return self._access().list_topics(include_internal=include_internal)
 
     def create_topic(self, name: str, partitions: int | None, config: Mapping[str, str]) -> TopicState:
-        return self._access().create_topic(name, partitions, config)
+        return self._access(write=True).create_topic(name, partitions, config)
 
     def delete_topic(self, name: str) -> None:
-        self._access().delete_topic(name)
+        self._access(write=True).delete_topic(name)
 
     def add_partitions(self, name: str, total: int) -> TopicState:
-        return self._access().add_partitions(name, total)
+        return self._access(write=True).add_partitions(name, total)
 
     def describe_topic(self, name: str) -> TopicState:
         return self._access().describe_topic(name)
@@ -377,7 +394,7 @@ class DataDirAccess:
     def produce(
         self, topic: str, partition: int, records: Sequence[NewRecord], *, compression: str = "none"
     ) -> int:
-        return self._access().produce(topic, partition, records, compression=compression)
+        return self._access(write=True).produce(topic, partition, records, compression=compression)
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> Fetched:
         return self._access().fetch(topic, partition, offset, max_bytes)
@@ -386,7 +403,7 @@ class DataDirAccess:
         return self._access().committed(group, topic)
 
     def commit(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
-        self._access().commit(group, topic, offsets)
+        self._access(write=True).commit(group, topic, offsets)
 
     def idle(self) -> None:
         if self._owner is None:

@@ -13,6 +13,7 @@ import logging
 import signal
 import sys
 import time
+import traceback
 from typing import Any
 
 import click
@@ -42,11 +43,30 @@ def load_app(ref: str) -> App:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise click.BadParameter(f"cannot import {module_name!r}: {exc}", param_hint="-A/--app") from exc
+    except SyntaxError as exc:  # IndentationError included
+        where = f"{exc.filename}, line {exc.lineno}" if exc.filename else "its source"
+        raise click.BadParameter(
+            f"cannot import {module_name!r}: {exc.msg} ({where})", param_hint="-A/--app"
+        ) from exc
+    except Exception as exc:
+        # The module itself raised while it ran: name the line of its code that did.
+        raise click.BadParameter(
+            f"cannot import {module_name!r}: {type(exc).__name__}: {exc} ({_raised_at(exc)})",
+            param_hint="-A/--app",
+        ) from exc
     app = getattr(module, attr, None)
     if not isinstance(app, App):
         found = "nothing" if app is None else type(app).__name__
         raise click.BadParameter(f"{ref!r} is {found}, not a streamkit App", param_hint="-A/--app")
     return app
+
+
+def _raised_at(exc: BaseException) -> str:
+    """``FILE, line N`` of the innermost frame of ``exc`` outside Python's import machinery."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<frozen ")]
+    if not frames:
+        return "while importing"
+    return f"{frames[-1].filename}, line {frames[-1].lineno}"
 
 
 app_option = click.option("-A", "--app", "app_ref", required=True, metavar="MODULE:APP", help="The app to use.")
@@ -213,7 +233,14 @@ async def _describe_agents(app: App) -> list[tuple[str, str, str]]:
 def send(app_ref: str, broker: str | None, topic: str, value: str, key: str | None, partition: int | None) -> None:
     """Send one record to TOPIC, serialized as the app declares it (JSON for typed values)."""
     app = load_app(app_ref)
-    target = app.topics.get(topic) or app.topic(topic)
+    target = app.topics.get(topic)
+    if target is None:
+        declared = ", ".join(sorted(app.topics))
+        raise click.BadParameter(
+            f"app {app.id!r} declares no topic {topic!r} (it declares: {declared}); "
+            "declare it with app.topic() first",
+            param_hint="TOPIC",
+        )
     try:
         parsed_value = target.value_serde.loads(value.encode())
         parsed_key = None if key is None else target.key_serde.loads(key.encode())

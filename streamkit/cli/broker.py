@@ -2,7 +2,7 @@
 
 Once listening it prints one line, ``streamkit broker listening on HOST:PORT (data: DIR)``,
 to stdout and flushes it (with ``--port 0`` the port is the one picked), so scripts and
-tests can wait for it. SIGTERM and SIGINT shut down cleanly: the log is flushed and closed.
+tests can wait for it (``--durable`` adds ", durable: fsync before acknowledging"). SIGTERM and SIGINT shut down cleanly: the log is flushed and closed.
 """
 
 from __future__ import annotations
@@ -33,6 +33,16 @@ from streamkit.log.server import Broker, BrokerConfig
               help="Serve the transaction APIs (exactly-once producers).")
 @click.option("--default-partitions", type=click.IntRange(1, 10_000), default=1, show_default=True,
               help="Partitions of auto-created topics and of CreateTopics with -1.")
+@click.option("--durable", is_flag=True,
+              help="Acknowledge produced records (acks 1 or all) only once they are fsynced; "
+              "concurrent producers share fsyncs. Default: acknowledged means in the page cache, "
+              "on disk within the topic's flush.ms.")
+@click.option("--max-connections", type=click.IntRange(1, 1_000_000), default=1024, show_default=True,
+              help="Connections served at once; more are closed as they arrive.")
+@click.option("--request-timeout-ms", type=click.IntRange(min=1), default=30_000, show_default=True,
+              help="Close a connection whose request has not arrived whole this long after it began.")
+@click.option("--connections-max-idle-ms", type=click.IntRange(min=1), default=600_000, show_default=True,
+              help="Close a connection that sends no request (and has none running) this long.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="warning", show_default=True)
 def broker_command(
@@ -43,6 +53,10 @@ def broker_command(
     auto_create_topics: bool,
     transactions: bool,
     default_partitions: int,
+    durable: bool,
+    max_connections: int,
+    request_timeout_ms: int,
+    connections_max_idle_ms: int,
     log_level: str,
 ) -> None:
     """Serve the log in --data-dir to Kafka clients over the Kafka wire protocol."""
@@ -57,6 +71,10 @@ def broker_command(
             auto_create_topics=auto_create_topics,
             transactions=transactions,
             default_partitions=default_partitions,
+            durable=durable,
+            max_connections=max_connections,
+            request_timeout_ms=request_timeout_ms,
+            connections_max_idle_ms=connections_max_idle_ms,
         )
         asyncio.run(_serve(data_dir, config))
     except StreamkitError as exc:
@@ -72,7 +90,8 @@ async def _serve(data_dir: Path, config: BrokerConfig) -> None:
         loop.add_signal_handler(sig, stop.set)
     async with Broker(data_dir, config) as broker:
         sys.stdout.write(
-            f"streamkit broker listening on {broker.host}:{broker.port} (data: {data_dir})\n"
+            f"streamkit broker listening on {broker.host}:{broker.port} (data: {data_dir})"
+            + (", durable: fsync before acknowledging\n" if config.durable else "\n")
         )
         sys.stdout.flush()
         await stop.wait()

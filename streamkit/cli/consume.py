@@ -8,7 +8,8 @@ log start.
 By default the command stops once it has read every partition to its high watermark (kcat's
 ``-e``): on the embedded log, where nothing else writes while this command holds the data
 directory, starting at the end prints nothing. ``--follow`` keeps polling for new records
-until Ctrl-C; between polls it lets go of the data directory, so ``streamkit produce`` in
+until Ctrl-C (once positioned it says so on stderr, ``following TOPIC ...``, so scripts can
+wait for it); between polls it lets go of the data directory, so ``streamkit produce`` in
 another terminal can write, and while another process holds the directory it just waits.
 
 With ``--group`` the offset after the last printed record of each partition is committed
@@ -106,6 +107,9 @@ def consume(
         }
         consumer = _Consumer(access, topic, positions, group, committed, out, print_offsets, print_keys)
         consumer.max_records = max_records
+        if follow:
+            # The readiness line: from here on Ctrl-C and SIGTERM end the command cleanly.
+            info(f"following {topic} (partitions {', '.join(map(str, positions))}); Ctrl-C to stop")
         try:
             consumer.run(follow, poll_interval_ms / 1000)
         except KeyboardInterrupt:

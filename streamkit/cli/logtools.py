@@ -49,13 +49,16 @@ def dump(segment: Path, show_records: bool) -> None:
         _dump_index(segment, base or 0)
         return
     click.echo(f"Starting offset: {base if base is not None else 'unknown (not a segment name)'}")
-    batches = records = size = 0
+    batches = records = size = damaged = 0
     for item in read_segment(segment):
         if isinstance(item, BrokenTail):
             click.echo(f"error at position {item.position}: {item.reason} ({item.length} bytes left)")
             break
         batches += 1
-        records += item.header.records_count
+        if item.crc_valid:
+            records += item.header.records_count
+        else:
+            damaged += 1  # its record count is as damaged as the rest: not added up
         size += item.header.size
         click.echo(_format_batch(item))
         if show_records:
@@ -64,6 +67,7 @@ def dump(segment: Path, show_records: bool) -> None:
     click.echo(
         f"{count(batches, 'batch', 'batches')}, {count(records, 'record')}, "
         f"{count(size, 'byte')} of whole batches"
+        + (f"; {count(damaged, 'batch', 'batches')} failing the CRC check, records not counted" if damaged else "")
     )
 
 
@@ -194,9 +198,13 @@ def _format_partition(s: PartitionSummary) -> str:
     status = "ok" if not s.problems else count(s.problems, "problem")
     return (
         f"{s.name}: {count(s.segments, 'segment')}, {offsets}"
-        f"{count(s.batches, 'batch', 'batches')}, {count(s.records, 'record')}, "
+        f"{count(s.batches, 'batch', 'batches')}, {count(s.records, 'record')}{_damaged(s.damaged_batches)}, "
         f"{human_bytes(s.size_bytes)}: {status}"
     )
+
+
+def _damaged(batches: int) -> str:
+    return f" (+ {count(batches, 'damaged batch', 'damaged batches')}, records not counted)" if batches else ""
 
 
 def _format_summary(report: VerifyReport) -> str:
@@ -205,7 +213,7 @@ def _format_summary(report: VerifyReport) -> str:
     return (
         f"verified {report.data_dir}: {count(report.topics, 'topic')}, "
         f"{count(len(report.partitions), 'partition')}, {count(report.segments, 'segment')}, "
-        f"{count(report.batches, 'batch', 'batches')}, {count(report.records, 'record')}, "
-        f"{human_bytes(report.size_bytes)}: {verdict}"
+        f"{count(report.batches, 'batch', 'batches')}, {count(report.records, 'record')}"
+        f"{_damaged(report.damaged_batches)}, {human_bytes(report.size_bytes)}: {verdict}"
     )
 

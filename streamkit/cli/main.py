@@ -24,6 +24,7 @@ import click
 
 from streamkit._core.errors import StreamkitError
 from streamkit.cli.apps import agents, send, worker
+from streamkit.cli.broker import broker_command
 from streamkit.cli.consume import consume
 from streamkit.cli.logtools import log_
 from streamkit.cli.produce import produce
@@ -112,7 +113,8 @@ def cli() -> None:
     a worker or broker owns that directory they go through it over the wire. With
     --bootstrap HOST:PORT they talk to a running broker instead.
 
-    App commands (worker, agents, send, tables) take -A MODULE:APP.
+    App commands (worker, agents, send, tables) take -A MODULE:APP. `streamkit broker` serves
+    a data directory to Kafka clients.
     """
 
 
@@ -120,6 +122,7 @@ cli.add_command(topics)
 cli.add_command(produce)
 cli.add_command(consume)
 cli.add_command(log_)
+cli.add_command(broker_command)
 cli.add_command(worker)
 cli.add_command(agents)
 cli.add_command(send)

@@ -6,6 +6,8 @@ import click
 
 from streamkit.cli.access import LogTarget, TopicState, open_access
 from streamkit.cli.common import count, human_bytes, log_target_options, parse_pairs, warn
+from streamkit.log.config import TopicConfig
+from streamkit.log.manager import validate_topic_name
 
 
 @click.group()
@@ -31,6 +33,10 @@ def create(
 ) -> None:
     """Create topic NAME (creates the data directory when it is missing)."""
     config = dict(parse_pairs(configs, "--config"))
+    if target.bootstrap is None:
+        # Before the data directory is made or opened: bad input leaves nothing behind.
+        validate_topic_name(name)
+        TopicConfig.from_kafka(config)
     with open_access(target, create=True, warn=warn) as access:
         if if_not_exists and name in access.list_topics():
             return

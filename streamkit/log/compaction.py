@@ -222,6 +222,9 @@ def _swap_in(partition: Partition, old: Segment, data: bytes) -> bool:
     )
 
     def install() -> Segment:
+        # Readers still holding ``old`` must go on reading the old file, not the new one that
+        # takes its name: open its descriptor (opened lazily) before the rename.
+        old.fileno()
         old.index_path.unlink(missing_ok=True)
         old.timeindex_path.unlink(missing_ok=True)
         os.replace(cleaned_path, old.log_path)

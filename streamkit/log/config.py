@@ -72,8 +72,11 @@ class TopicConfig:
             raise InvalidTopicError("segment.ms must be positive")
         if not 0.0 <= self.min_cleanable_dirty_ratio <= 1.0:
             raise InvalidTopicError("min.cleanable.dirty.ratio must be within [0, 1]")
-        if self.max_message_bytes < 0 or self.flush_messages < 0 or self.flush_ms < 0:
-            raise InvalidTopicError("max.message.bytes, flush.messages and flush.ms must not be negative")
+        if not 1 <= self.max_message_bytes <= _INT32_MAX:
+            # 0 would refuse every batch; Kafka's field is an INT32.
+            raise InvalidTopicError(f"max.message.bytes must be between 1 and {_INT32_MAX}")
+        if self.flush_messages < 0 or self.flush_ms < 0:
+            raise InvalidTopicError("flush.messages and flush.ms must not be negative")
         if self.retention_ms < -1 or self.retention_bytes < -1:
             raise InvalidTopicError("retention.ms and retention.bytes must be -1 (no limit) or more")
         if self.delete_retention_ms < 0 or self.min_compaction_lag_ms < 0:
@@ -97,6 +100,11 @@ _KAFKA_NAMES = {
 
 KAFKA_CONFIG_NAMES = tuple(_KAFKA_NAMES)
 
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+# Kafka's INT-typed topic configs; the other integer ones are LONGs.
+_INT32_FIELDS = frozenset({"segment_bytes", "index_interval_bytes", "max_message_bytes"})
+
 
 def _parse(name: str, field: str, raw: str) -> object:
     if field == "cleanup_policy":
@@ -104,6 +112,10 @@ def _parse(name: str, field: str, raw: str) -> object:
     try:
         if field == "min_cleanable_dirty_ratio":
             return float(raw)
-        return int(raw)
+        value = int(raw)
     except ValueError as exc:
         raise InvalidTopicError(f"topic config {name} must be a number, not {raw!r}") from exc
+    bound = _INT32_MAX if field in _INT32_FIELDS else _INT64_MAX
+    if not -bound - 1 <= value <= bound:
+        raise InvalidTopicError(f"topic config {name}={raw} does not fit a {32 if bound == _INT32_MAX else 64}-bit integer")
+    return value

@@ -7,7 +7,9 @@ mapped with ``ACCESS_READ``.
 
 ``read_segment`` walks a ``.log`` file batch by batch. A batch whose CRC fails is reported
 and the walk goes on (its length field is still believed); a batch whose length or magic is
-wrong ends the walk, because nothing after it can be located.
+wrong ends the walk, because nothing after it can be located. Nothing the CRC covers in a
+failing batch is believed: its record count is not added to any total, its offsets and
+timestamps are not used to check what follows.
 
 ``verify_data_dir`` checks every partition directory (see ``manager.py`` for the layout):
 
@@ -188,7 +190,8 @@ class PartitionSummary:
     name: str
     segments: int = 0
     batches: int = 0
-    records: int = 0
+    records: int = 0  # in batches that pass their CRC: a damaged header's count means nothing
+    damaged_batches: int = 0  # batches failing their CRC: their records are not counted
     size_bytes: int = 0
     first_offset: int | None = None
     next_offset: int | None = None
@@ -218,6 +221,10 @@ class VerifyReport:
     @property
     def records(self) -> int:
         return sum(p.records for p in self.partitions)
+
+    @property
+    def damaged_batches(self) -> int:
+        return sum(p.damaged_batches for p in self.partitions)
 
     @property
     def size_bytes(self) -> int:
@@ -311,6 +318,7 @@ class _BatchSeen:
     last_offset: int
     max_timestamp_so_far: int
     own_max_timestamp: int
+    damaged: bool = False  # fails its CRC: its offsets and timestamps are unknown
 
 
 def _verify_partition(directory: Path, report: VerifyReport) -> PartitionSummary:
@@ -370,7 +378,10 @@ def _verify_segment(
             break
         header, pos = item.header, item.position
         summary.batches += 1
-        summary.records += header.records_count
+        if item.crc_valid:
+            summary.records += header.records_count
+        else:
+            summary.damaged_batches += 1
         structure = item.structure_problem()
         if structure is not None:
             problems.append(Problem(log_path, pos, structure))
@@ -382,6 +393,11 @@ def _verify_segment(
                     f"CRC mismatch: stored {header.crc:#010x}, computed {item.computed_crc:#010x}",
                 )
             )
+            # Nothing the CRC covers (offset delta, count, timestamps) can be believed: keep
+            # the batch's position for the index checks, learn no offsets or times from it.
+            seen[pos] = _BatchSeen(header.base_offset, max_ts, -1, damaged=True)
+            valid_end = pos + header.size
+            continue
         if header.base_offset < next_offset:
             problems.append(
                 Problem(
@@ -428,7 +444,7 @@ def _verify_offset_index(
         if batch is None:
             where = "past the end of the log" if e.position >= valid_end else "not at the start of a batch"
             problems.append(Problem(path, at, f"entry {e.number} points at position {e.position}, {where}"))
-        elif batch.last_offset != e.offset:
+        elif not batch.damaged and batch.last_offset != e.offset:
             problems.append(
                 Problem(
                     path,
@@ -448,7 +464,7 @@ def _verify_time_index(path: Path, base: int, seen: dict[int, _BatchSeen], probl
         problems.append(
             Problem(path, len(entries) * TIME_ENTRY.size, f"time index ends in a partial entry of {extra} bytes")
         )
-    by_last_offset = {b.last_offset: b for b in seen.values()}
+    by_last_offset = {b.last_offset: b for b in seen.values() if not b.damaged}
     prev: TimeIndexEntry | None = None
     for e in entries:
         at = e.number * TIME_ENTRY.size
@@ -458,6 +474,8 @@ def _verify_time_index(path: Path, base: int, seen: dict[int, _BatchSeen], probl
             )
         prev = e
         batch = by_last_offset.get(e.offset)
+        if batch is None and _inside_damaged_batch(e.offset, seen):
+            continue  # names a batch whose offsets its damage hides: reported already
         if batch is None:
             problems.append(Problem(path, at, f"entry {e.number} names offset {e.offset}, not the last offset of a batch"))
         elif batch.own_max_timestamp != e.timestamp or batch.max_timestamp_so_far != e.timestamp:
@@ -469,3 +487,10 @@ def _verify_time_index(path: Path, base: int, seen: dict[int, _BatchSeen], probl
                     f"but the largest timestamp up to that batch is {batch.max_timestamp_so_far}",
                 )
             )
+
+
+def _inside_damaged_batch(offset: int, seen: dict[int, _BatchSeen]) -> bool:
+    """Whether ``offset`` may belong to a batch that fails its CRC (whose last offset is not
+    known): one starts at or before it with no intact batch ending in between."""
+    intact_before = max((b.last_offset for b in seen.values() if not b.damaged and b.last_offset < offset), default=-1)
+    return any(b.damaged and intact_before < b.last_offset <= offset for b in seen.values())

@@ -11,8 +11,16 @@ Layout::
     <data>/__consumer_offsets-0/       committed group offsets (see offsets.py)
 
 Only one process opens a data directory for writing; a second gets ``DataDirLockedError``.
-A topic's metadata file is written before its partition directories and removed before
-they are, so a crash never leaves a visible topic without its partitions. Background upkeep
+A read-only manager (``read_only=True``: what ``topics list/describe``, ``consume`` use) takes
+the lock shared, so readers exclude a writer but not each other, and changes nothing in the
+directory: no recovery truncates, no index or marker is written, damage is only reported.
+
+A new topic's partition directories are made before its metadata file names them, and the
+metadata is removed before they are: a crash never leaves a visible topic without its
+partitions, and a creation that fails part-way removes what it made (all or nothing).
+A topic whose metadata file cannot be read is skipped with a warning naming the file; the
+other topics stay usable. A read-only manager opens a partition on first use, so listing
+topics does not open every segment. Background upkeep
 (a daemon thread) flushes per ``flush.ms``, applies retention and compacts; it only ever
 takes a partition's lock for short, bounded steps, so appends are not stalled.
 """
@@ -26,7 +34,7 @@ import re
 import shutil
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -51,6 +59,9 @@ from streamkit.log.partition import AppendListener, Partition, fsync_dir
 from streamkit.log.segment import RecoveryReport
 
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+MAX_PARTITIONS = 10_000
+# The longest file name made from a topic name: "<name>-9999" (a partition directory) and
+# "<name>.json"; with Kafka's 249 characters that is 254, within the usual 255-byte limit.
 _CLEAN_SHUTDOWN = ".clean_shutdown"
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 logger = logging.getLogger(__name__)
@@ -162,8 +173,12 @@ class LogManager:
         upkeep_interval_ms: int = 200,
         retention_check_interval_ms: int = 30_000,
         compaction_interval_ms: int = 15_000,
+        read_only: bool = False,
+        warn: Callable[[str], None] | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
+        self.read_only = read_only
+        self._warn = warn
         self.defaults = defaults or TopicConfig()
         self.default_partitions = default_partitions
         self.clock = clock
@@ -181,6 +196,10 @@ class LogManager:
         self._thread: threading.Thread | None = None
         self._offsets: GroupOffsets | None = None
         self.recovery_reports: list[RecoveryReport] = []
+        self.meta_problems: list[str] = []  # unreadable topic metadata, one line per file
+        self._unreadable_topics: set[str] = set()
+        self._lazy = False
+        self._loading = False
         self.clean_shutdown = False
         self._open = False
 
@@ -189,7 +208,11 @@ class LogManager:
     def open(self) -> LogManager:
         if self._open:
             return self
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.read_only:
+            if not self.data_dir.is_dir():
+                raise FileNotFoundError(f"no data directory at {self.data_dir}")
+        else:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
         self._acquire_lock()
         # A manager may be opened again after close: start from what is on disk.
         self._stop.clear()
@@ -197,28 +220,43 @@ class LogManager:
         self._configs.clear()
         self._partitions.clear()
         self.recovery_reports = []
+        self.meta_problems = []
+        self._unreadable_topics = set()
+        self._offsets = None
+        self._loading = True
         try:
             marker = self.data_dir / _CLEAN_SHUTDOWN
             self.clean_shutdown = marker.exists()
-            for entry in self.data_dir.iterdir():
-                if entry.name.endswith("-delete") and entry.is_dir():
-                    shutil.rmtree(entry, ignore_errors=True)
+            # A writer opens (and if need be recovers) every partition now: the clean marker
+            # it writes on close vouches for all of them. A reader opens what it reads.
+            self._lazy = self.read_only
+            if not self.read_only:
+                for entry in self.data_dir.iterdir():
+                    if entry.name.endswith("-delete") and entry.is_dir():
+                        shutil.rmtree(entry, ignore_errors=True)
             meta_dir = self.data_dir / ".meta" / "topics"
-            meta_dir.mkdir(parents=True, exist_ok=True)
-            for path in sorted(meta_dir.glob("*.json")):
-                meta = msgspec.json.decode(path.read_bytes(), type=_TopicMeta)
-                self._load_topic(meta)
-            if OFFSETS_TOPIC not in self._topics:
+            if not self.read_only:
+                meta_dir.mkdir(parents=True, exist_ok=True)
+            for path in sorted(meta_dir.glob("*.json")) if meta_dir.is_dir() else []:
+                self._load_topic_file(path)
+            if OFFSETS_TOPIC not in self._topics and not self.read_only:
                 self._create(OFFSETS_TOPIC, 1, {"cleanup.policy": "compact", "flush.ms": "0"})
-            self._offsets = GroupOffsets(self.partition(OFFSETS_TOPIC, 0), self.clock)
-            # From here on the directory is in use: a crash must be seen as unclean.
-            marker.unlink(missing_ok=True)
-            fsync_dir(self.data_dir)
+            if OFFSETS_TOPIC in self._topics:
+                self._offsets = GroupOffsets(self.partition(OFFSETS_TOPIC, 0), self.clock)
+            if not self.read_only:
+                # From here on the directory is in use: a crash must be seen as unclean.
+                marker.unlink(missing_ok=True)
+                fsync_dir(self.data_dir)
         except BaseException:
+            for partition in self._partitions.values():
+                partition.close()
+            self._partitions.clear()
             self._release_lock()
             raise
+        finally:
+            self._loading = False
         self._open = True
-        if self._background:
+        if self._background and not self.read_only:
             self._thread = threading.Thread(target=self._upkeep_loop, name="streamkit-log-upkeep", daemon=True)
             self._thread.start()
         return self
@@ -234,8 +272,9 @@ class LogManager:
         with self._lock:
             for partition in self._partitions.values():
                 partition.close()
-            (self.data_dir / _CLEAN_SHUTDOWN).write_bytes(b"")
-            fsync_dir(self.data_dir)
+            if not self.read_only:
+                (self.data_dir / _CLEAN_SHUTDOWN).write_bytes(b"")
+                fsync_dir(self.data_dir)
             self._open = False
         self._release_lock()
 
@@ -249,12 +288,34 @@ class LogManager:
 
     def _acquire_lock(self) -> None:
         path = self.data_dir / ".lock"
+        if self.read_only:
+            # Shared: readers exclude a writer, not each other; the writer's pid stays.
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                self._lock_fd = -1  # never opened for writing: nobody to exclude
+                return
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                owner = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+                os.close(fd)
+                raise DataDirLockedError(
+                    f"data directory {self.data_dir} is in use by another process (pid {owner})"
+                ) from None
+            self._lock_fd = fd
+            return
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             owner = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            readers_only = _only_shared_holders(fd)
             os.close(fd)
+            if readers_only:
+                raise DataDirLockedError(
+                    f"data directory {self.data_dir} is being read by another streamkit command"
+                ) from None
             if owner == str(os.getpid()):
                 raise DataDirLockedError(
                     f"data directory {self.data_dir} is already open in this process "
@@ -279,56 +340,106 @@ class LogManager:
 
     # -- topics ----------------------------------------------------------------------------
 
-    def _load_topic(self, meta: _TopicMeta) -> None:
-        config = TopicConfig.from_kafka(meta.config, base=self.defaults)
+    def _load_topic_file(self, path: Path) -> None:
+        """Load one topic's metadata; an unreadable file is reported and skipped."""
+        try:
+            meta = msgspec.json.decode(path.read_bytes(), type=_TopicMeta)
+            if meta.name != path.stem:
+                raise InvalidTopicError(f"it names topic {meta.name!r}")
+            if not 1 <= meta.partitions <= MAX_PARTITIONS:
+                raise InvalidTopicError(f"{meta.partitions} partitions")
+            config = TopicConfig.from_kafka(meta.config, base=self.defaults)
+        except (OSError, msgspec.DecodeError, LogError) as exc:
+            problem = f"{path}: unreadable topic metadata ({exc}); topic {path.stem!r} skipped"
+            self.meta_problems.append(problem)
+            self._unreadable_topics.add(path.stem)
+            self._report(problem, logging.ERROR)
+            return
         self._topics[meta.name] = meta
         self._configs[meta.name] = config
-        for p in range(meta.partitions):
-            self._open_partition(meta.name, p, config)
+        if not self._lazy:
+            for p in range(meta.partitions):
+                self._open_partition(meta.name, p, config)
 
-    def _open_partition(self, topic: str, p: int, config: TopicConfig) -> None:
+    def _report(self, message: str, level: int) -> None:
+        """Log ``message``, or hand it to the ``warn`` callback when one was given (the CLI
+        prints it as its one warning line; logging it too would print it twice)."""
+        if self._warn is None:
+            logger.log(level, "%s", message)
+        else:
+            logger.debug("%s", message)
+            self._warn(message)
+
+    def _open_partition(self, topic: str, p: int, config: TopicConfig) -> Partition:
         tp = TopicPartition(topic, p)
-        partition = Partition(self.data_dir / f"{topic}-{p}", tp, config, self.clock)
+        partition = Partition(
+            self.data_dir / f"{topic}-{p}", tp, config, self.clock, read_only=self.read_only
+        )
         reports = partition.open(clean_shutdown=self.clean_shutdown)
         for report in reports:
-            logger.warning("recovered %s: %s", tp, report)
+            # A reader repairs nothing: the report says what it found and left as it is.
+            what = f"{tp}" if self.read_only else f"recovered {tp}"
+            self._report(f"{what}: {report}", logging.ERROR if report.damaged else logging.WARNING)
         self.recovery_reports.extend(reports)
         partition.listeners.extend(self._listeners)
         self._partitions[tp] = partition
+        return partition
 
     def create_topic(
         self, name: str, partitions: int | None = None, config: Mapping[str, str] | None = None
     ) -> TopicDescription:
         """Create a topic; ``config`` holds Kafka topic configs (``{"retention.ms": "1000"}``)."""
         self._check_open()
+        self._check_writable()
         validate_topic_name(name)
         if name.startswith("__"):
             raise InvalidTopicError(f"topic names starting with '__' are reserved: {name!r}")
         return self._create(name, self.default_partitions if partitions is None else partitions, config or {})
 
     def _create(self, name: str, partitions: int, config: Mapping[str, str]) -> TopicDescription:
-        if partitions < 1 or partitions > 10_000:
-            raise InvalidTopicError(f"a topic needs 1 to 10000 partitions, not {partitions}")
+        if partitions < 1 or partitions > MAX_PARTITIONS:
+            raise InvalidTopicError(f"a topic needs 1 to {MAX_PARTITIONS} partitions, not {partitions}")
         parsed = TopicConfig.from_kafka(config, base=self.defaults)
         with self._lock:
             if name in self._topics:
                 raise TopicExistsError(f"topic {name!r} already exists")
-            # Directories a deleted topic left behind (a delete cut short by a crash, after its
-            # metadata went) must not come back as this new topic's data.
-            for p in range(partitions):
-                self._remove_dir(self.data_dir / f"{name}-{p}")
+            if name in self._unreadable_topics:
+                raise TopicExistsError(
+                    f"topic {name!r} has a metadata file that cannot be read: repair or remove "
+                    f"{self.data_dir / '.meta' / 'topics' / (name + '.json')} first"
+                )
             meta = _TopicMeta(name, partitions, dict(config))
-            self._write_meta(meta)
+            made: list[Partition] = []
+            try:
+                for p in range(partitions):
+                    # Directories a deleted topic left behind (a delete cut short by a crash,
+                    # after its metadata went) must not come back as this topic's data.
+                    self._remove_dir(self.data_dir / f"{name}-{p}")
+                    made.append(self._open_partition(name, p, parsed))
+                fsync_dir(self.data_dir)
+                self._write_meta(meta)
+            except BaseException:
+                # All or nothing: no metadata names these directories, so they go.
+                for partition in made:
+                    self._partitions.pop(partition.tp, None)
+                    try:
+                        partition.close()
+                    except OSError:
+                        pass
+                for p in range(len(made) + 1 if len(made) < partitions else partitions):
+                    try:
+                        self._remove_dir(self.data_dir / f"{name}-{p}")
+                    except OSError:
+                        logger.exception("could not remove %s", self.data_dir / f"{name}-{p}")
+                raise
             self._topics[name] = meta
             self._configs[name] = parsed
-            for p in range(partitions):
-                self._open_partition(name, p, parsed)
-            fsync_dir(self.data_dir)
         return self.describe_topic(name)
 
     def _write_meta(self, meta: _TopicMeta) -> None:
         path = self.data_dir / ".meta" / "topics" / f"{meta.name}.json"
-        tmp = path.with_name(path.name + ".tmp")
+        # ".<name>.tmp": no longer than "<name>.json" once the name is 249 characters.
+        tmp = path.with_name(f".{meta.name}.tmp")
         with open(tmp, "wb") as f:
             f.write(msgspec.json.encode(meta))
             f.flush()
@@ -338,6 +449,7 @@ class LogManager:
 
     def delete_topic(self, name: str) -> None:
         self._check_open()
+        self._check_writable()
         if name in INTERNAL_TOPICS:
             raise InvalidTopicError(f"internal topic {name!r} cannot be deleted")
         with self._lock:
@@ -348,9 +460,10 @@ class LogManager:
             (self.data_dir / ".meta" / "topics" / f"{name}.json").unlink()
             fsync_dir(self.data_dir / ".meta" / "topics")
             for p in range(meta.partitions):
-                partition = self._partitions.pop(TopicPartition(name, p))
-                partition.close()
-                self._remove_dir(partition.directory)
+                partition = self._partitions.pop(TopicPartition(name, p), None)
+                if partition is not None:
+                    partition.close()
+                self._remove_dir(self.data_dir / f"{name}-{p}")
         self.offsets.forget_topic(name)
 
     def _remove_dir(self, directory: Path) -> None:
@@ -358,7 +471,8 @@ class LogManager:
         leaves a ``-delete`` directory that the next open removes."""
         if not directory.exists():
             return
-        doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}-delete")
+        # Not named after the topic: a 249-character name plus a suffix would pass 255 bytes.
+        doomed = directory.with_name(f"{uuid.uuid4().hex}-delete")
         os.replace(directory, doomed)
         fsync_dir(self.data_dir)
         shutil.rmtree(doomed, ignore_errors=True)
@@ -366,6 +480,7 @@ class LogManager:
     def alter_topic_config(self, name: str, changes: Mapping[str, str]) -> TopicDescription:
         """Set topic configs (Kafka names); other settings keep their values."""
         self._check_open()
+        self._check_writable()
         with self._lock:
             meta = self._topics.get(name)
             if meta is None:
@@ -377,7 +492,9 @@ class LogManager:
             self._topics[name] = meta
             self._configs[name] = config
             for p in range(meta.partitions):
-                self._partitions[TopicPartition(name, p)].update_config(config)
+                opened = self._partitions.get(TopicPartition(name, p))
+                if opened is not None:
+                    opened.update_config(config)
         return self.describe_topic(name)
 
     def add_partitions(self, name: str, total: int) -> TopicDescription:
@@ -388,15 +505,16 @@ class LogManager:
         re-creation) clears.
         """
         self._check_open()
+        self._check_writable()
         if name in INTERNAL_TOPICS:
             raise InvalidTopicError(f"internal topic {name!r} cannot change its partitions")
         with self._lock:
             meta = self._topics.get(name)
             if meta is None:
                 raise UnknownTopicError(f"unknown topic {name!r}")
-            if total <= meta.partitions or total > 10_000:
+            if total <= meta.partitions or total > MAX_PARTITIONS:
                 raise InvalidPartitionsError(
-                    f"topic {name!r} has {meta.partitions} partitions: it can grow to at most 10000, "
+                    f"topic {name!r} has {meta.partitions} partitions: it can grow to at most {MAX_PARTITIONS}, "
                     f"not to {total}"
                 )
             config = self._configs[name]
@@ -432,20 +550,45 @@ class LogManager:
         return out
 
     def partition(self, topic: str, partition: int) -> Partition:
-        try:
-            return self._partitions[TopicPartition(topic, partition)]
-        except KeyError:
-            if topic in self._topics:
-                raise UnknownTopicError(f"topic {topic!r} has no partition {partition}") from None
-            raise UnknownTopicError(f"unknown topic {topic!r}") from None
+        found = self._partitions.get(TopicPartition(topic, partition))
+        if found is not None:
+            return found
+        with self._lock:
+            found = self._partitions.get(TopicPartition(topic, partition))
+            if found is not None:
+                return found
+            meta = self._topics.get(topic)
+            if meta is None:
+                raise UnknownTopicError(f"unknown topic {topic!r}")
+            if not 0 <= partition < meta.partitions:
+                raise UnknownTopicError(f"topic {topic!r} has no partition {partition}")
+            if not (self._open or self._loading):
+                raise LogClosedError(f"the log in {self.data_dir} is not open")
+            return self._open_partition(topic, partition, self._configs[topic])
 
     def partitions(self, topic: str) -> list[Partition]:
         desc = self.describe_topic(topic)
-        return [self._partitions[TopicPartition(topic, p)] for p in range(desc.partitions)]
+        return [self.partition(topic, p) for p in range(desc.partitions)]
+
+    def _all_partitions(self) -> list[Partition]:
+        """Every partition of every topic, opening those not opened yet."""
+        out: list[Partition] = []
+        for name in list(self._topics):
+            try:
+                out.extend(self.partitions(name))
+            except UnknownTopicError:
+                continue  # deleted meanwhile
+        return out
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise LogClosedError(f"the log in {self.data_dir} is open read-only")
 
     @property
     def offsets(self) -> GroupOffsets:
         if self._offsets is None:
+            if self._open:
+                raise UnknownTopicError(f"the log in {self.data_dir} has no {OFFSETS_TOPIC} topic yet")
             raise LogClosedError(f"the log in {self.data_dir} is not open")
         return self._offsets
 
@@ -453,7 +596,7 @@ class LogManager:
         """Call ``listener(tp, high_watermark)`` after every append (from the appending thread)."""
         with self._lock:
             self._listeners.append(listener)
-            for partition in self._partitions.values():
+            for partition in self._partitions.values():  # the others get it when opened
                 partition.listeners.append(listener)
 
     # -- upkeep ----------------------------------------------------------------------------
@@ -464,7 +607,9 @@ class LogManager:
         """One round of upkeep now (the background thread calls this on its schedule)."""
         now = self.clock.now_ms()
         flushed = deleted = compacted = errors = 0
-        for partition in list(self._partitions.values()):
+        if self.read_only:
+            return UpkeepReport(0, 0, 0)
+        for partition in self._all_partitions():
             # One damaged partition (a corrupt segment the cleaner refuses, a full disk) must
             # not stop flushes and retention of all the others, round after round.
             try:
@@ -496,3 +641,13 @@ class LogManager:
             except Exception:
                 # Upkeep must outlive one bad partition; the next round tries again.
                 logger.exception("log upkeep failed in %s", self.data_dir)
+
+
+def _only_shared_holders(fd: int) -> bool:
+    """Whether the lock on ``fd``'s file is held shared only (read-only managers)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return True

@@ -67,9 +67,16 @@ class Partition:
     """One partition directory ``<data>/<topic>-<partition>/``."""
 
     def __init__(
-        self, directory: Path, tp: TopicPartition, config: TopicConfig, clock: Clock
+        self,
+        directory: Path,
+        tp: TopicPartition,
+        config: TopicConfig,
+        clock: Clock,
+        *,
+        read_only: bool = False,
     ) -> None:
         self.directory = directory
+        self.read_only = read_only
         self.tp = tp
         self.config = config
         self.clock = clock
@@ -86,19 +93,32 @@ class Partition:
     # -- lifecycle -------------------------------------------------------------------------
 
     def open(self, *, clean_shutdown: bool) -> list[RecoveryReport]:
-        """Load the segments; recover the active one unless the last shutdown was clean."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        """Load the segments; recover the active one unless the last shutdown was clean.
+
+        Read-only (``read_only``), nothing in the directory changes: leftovers stay, damage is
+        reported and left in place (see ``Segment.open``), no segment is dropped or created
+        and the recovery point is not written. Appends then raise ``LogClosedError``.
+        """
+        ro = self.read_only
+        if not ro:
+            self.directory.mkdir(parents=True, exist_ok=True)
         reports: list[RecoveryReport] = []
         bases: list[int] = []
-        for entry in os.listdir(self.directory):
+        if ro and not self.directory.is_dir():
+            reports.append(
+                RecoveryReport(str(self.directory), 0, 0, "partition directory is missing", False,
+                               repaired=False, damaged=True)
+            )
+        for entry in os.listdir(self.directory) if self.directory.is_dir() else []:
             if entry.endswith((".cleaned", ".tmp", ".deleted")):
-                (self.directory / entry).unlink()
+                if not ro:
+                    (self.directory / entry).unlink()
                 continue
             m = _LOG_FILE.match(entry)
             if m:
                 bases.append(int(m.group(1)))
         bases.sort()
-        for base in set(_index_bases(self.directory)) - set(bases):
+        for base in () if ro else set(_index_bases(self.directory)) - set(bases):
             for suffix in (".index", ".timeindex"):
                 (self.directory / f"{base:020d}{suffix}").unlink(missing_ok=True)
         # After a crash, recover every segment a flush had not made durable; older ones were
@@ -117,19 +137,36 @@ class Partition:
                 self.config.index_interval_bytes,
                 recover=i >= recover_from,
                 closed=not last and i < recover_from,
+                read_only=ro,
             )
             if report is not None:
                 reports.append(report)
             segments.append(seg)
+            if ro:
+                continue
             if i >= recover_from and report is not None and report.truncated_bytes and not last:
                 # A cut before the end: what followed was never durable as a whole.
                 for later in bases[i + 1 :]:
                     dropped = Segment(self.directory, later, self.config.index_interval_bytes)
+                    size = dropped.log_path.stat().st_size
                     dropped.delete()
                     reports.append(
-                        RecoveryReport(str(dropped.log_path), 0, later, "dropped: follows a cut segment", False)
+                        RecoveryReport(
+                            str(dropped.log_path),
+                            size,
+                            later,
+                            "dropped: follows a cut segment",
+                            False,
+                            damaged=True,
+                        )
                     )
                 break
+        if ro:
+            if not segments:  # nothing on disk: an empty log, in memory only
+                segments.append(Segment(self.directory, 0, self.config.index_interval_bytes, read_only=True))
+            self._set_segments(segments)
+            self._recovery_point = segments[-1].next_offset
+            return reports
         if not segments:
             segments.append(Segment.create(self.directory, 0, self.config.index_interval_bytes))
             # The new file's name must be durable before an fsynced append to it counts.
@@ -150,6 +187,11 @@ class Partition:
     def close(self) -> None:
         with self._lock:
             if self._closed:
+                return
+            if self.read_only:
+                for seg in self._segments:
+                    seg.close()
+                self._closed = True
                 return
             self._flush_locked(persist=True)
             for seg in self._segments:
@@ -208,6 +250,8 @@ class Partition:
         with self._lock:
             if self._closed:
                 raise LogClosedError(f"partition {self.tp} is closed")
+            if self.read_only:
+                raise LogClosedError(f"partition {self.tp} is open read-only")
             active = self._segments[-1]
             base = active.next_offset
             if self._should_roll(active, header, len(data), base):
@@ -248,6 +292,8 @@ class Partition:
 
     def flush(self) -> None:
         """Make everything appended so far durable and move the recovery point to the end."""
+        if self.read_only:
+            return
         with self._lock:
             rolled, self._unflushed_segments = self._unflushed_segments, []
         # Rolled segments no longer change: fsync them without holding up appends.
@@ -366,6 +412,8 @@ class Partition:
 
     def apply_retention(self, now_ms: int) -> int:
         """Delete the segments retention allows; returns how many went."""
+        if self.read_only:
+            return 0
         with self._lock:
             summaries = [
                 SegmentSummary(s.base_offset, s.size, s.max_timestamp) for s in self._segments
@@ -382,7 +430,7 @@ class Partition:
     def replace_segment(self, old: Segment, install: Callable[[], Segment]) -> bool:
         """Swap in a rewritten copy of ``old`` (the compactor); False if ``old`` is gone."""
         with self._lock:
-            if self._closed or old not in self._segments[:-1]:
+            if self._closed or self.read_only or old not in self._segments[:-1]:
                 return False
             new = install()
             self._set_segments([new if s is old else s for s in self._segments])

@@ -42,7 +42,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from streamkit.log.errors import CorruptRecordError, InvalidRecordError
+from streamkit.log.errors import CorruptRecordError, InvalidRecordError, LogClosedError
 from streamkit.log.index import OffsetIndex, TimeIndex
 from streamkit.log.records import (
     BATCH_OVERHEAD,
@@ -69,20 +69,52 @@ def segment_name(base_offset: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class RecoveryReport:
-    """What recovery found wrong with a segment and what it did about it."""
+    """What recovery found wrong with a segment and what it did about it.
+
+    ``truncated_bytes`` from offset ``from_offset`` on were cut off (``repaired``), or, in a
+    read-only open, cannot be read and were left as they are. ``lost_to_offset`` is the last
+    offset those bytes held when an intact (CRC-checked) batch in them names it, else None.
+    ``damaged`` says the segment holds bytes no reader gets: cut, unreadable, or batches
+    kept although they fail their CRC; a report that is not ``damaged`` only rebuilt indexes.
+    """
 
     path: str
     truncated_bytes: int
     from_offset: int
     reason: str
     indexes_rebuilt: bool
+    lost_to_offset: int | None = None
+    repaired: bool = True
+    damaged: bool = False
+
+    @property
+    def data_loss(self) -> bool:
+        """Recovery cut acknowledged-looking bytes off the log for good."""
+        return self.repaired and self.truncated_bytes > 0
+
+    def lost_offsets(self) -> str:
+        if self.lost_to_offset is not None and self.lost_to_offset >= self.from_offset:
+            return f"offsets {self.from_offset}..{self.lost_to_offset}"
+        return f"offsets from {self.from_offset} on"
 
     def __str__(self) -> str:
-        if self.truncated_bytes:
+        if self.data_loss:
             return (
-                f"{self.path}: truncated {self.truncated_bytes} bytes from offset "
-                f"{self.from_offset} ({self.reason})"
+                f"{self.path}: DATA LOSS: truncated {self.truncated_bytes} bytes, "
+                f"{self.lost_offsets()} lost ({self.reason})"
             )
+        if not self.repaired and self.damaged:
+            unreadable = (
+                f"{self.truncated_bytes} bytes ({self.lost_offsets()}) cannot be read; "
+                if self.truncated_bytes
+                else ""
+            )
+            return (
+                f"{self.path}: damaged: {unreadable}{self.reason}; left as it is (opened "
+                "read-only: only a process that opens the directory for writing repairs it)"
+            )
+        if not self.repaired:
+            return f"{self.path}: indexes rebuilt in memory only ({self.reason})"
         return f"{self.path}: rebuilt indexes ({self.reason})"
 
 
@@ -155,8 +187,11 @@ class FileRange:
 class Segment:
     """A segment of one partition. Not thread-safe for writers; readers may run alongside."""
 
-    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int) -> None:
+    def __init__(
+        self, directory: Path, base_offset: int, index_interval_bytes: int, *, read_only: bool = False
+    ) -> None:
         self.directory = directory
+        self.read_only = read_only
         self.base_offset = base_offset
         name = segment_name(base_offset)
         self.log_path = directory / f"{name}.log"
@@ -171,7 +206,8 @@ class Segment:
         self.index = OffsetIndex(self.index_path, base_offset)
         self.time_index = TimeIndex(self.timeindex_path, base_offset)
         self._bytes_since_index = 0
-        self._fd = -1
+        self._file = _FileHandle()
+        weakref.finalize(self, self._file.close)
         self._dirty = False
         self._index_suspect = False
         self.verified = VerifiedRanges()
@@ -181,10 +217,10 @@ class Segment:
     @classmethod
     def create(cls, directory: Path, base_offset: int, index_interval_bytes: int) -> Segment:
         seg = cls(directory, base_offset, index_interval_bytes)
-        seg._open_fd()
         os.ftruncate(seg._fd, 0)
         for path in (seg.index_path, seg.timeindex_path):
             path.write_bytes(b"")
+        seg._file.close()  # opened again on first use: an idle partition holds no descriptor
         return seg
 
     @classmethod
@@ -196,6 +232,7 @@ class Segment:
         *,
         recover: bool,
         closed: bool = False,
+        read_only: bool = False,
     ) -> tuple[Segment, RecoveryReport | None]:
         """Open an existing segment.
 
@@ -206,16 +243,25 @@ class Segment:
         it, so a rebuild accepts gaps and keeps a batch whose CRC fails (reads of it raise
         ``CorruptRecordError``) rather than dropping the acknowledged batches behind it; only
         a break in the batch structure truncates. The active segment must be contiguous.
+
+        ``read_only`` never writes: the file is opened read-only, a rebuild happens in memory
+        (as for a closed segment: damaged batches are kept, and reads of them raise) and a
+        broken tail is left in place, only no longer read. The report says what is damaged.
+
+        The file is closed again before this returns; the first read or append reopens it,
+        so a data directory of many idle partitions holds few descriptors.
         """
-        seg = cls(directory, base_offset, index_interval_bytes)
-        seg._open_fd()
-        seg.size = os.fstat(seg._fd).st_size
-        if recover:
-            return seg, seg._recover("unclean shutdown", closed=closed)
-        problem = seg._open_trusting_indexes()
-        if problem is None:
-            return seg, None
-        return seg, seg._recover(problem, closed=closed)
+        seg = cls(directory, base_offset, index_interval_bytes, read_only=read_only)
+        try:
+            seg.size = os.fstat(seg._fd).st_size
+            if recover:
+                return seg, seg._recover("unclean shutdown", closed=closed or read_only)
+            problem = seg._open_trusting_indexes()
+            if problem is None:
+                return seg, None
+            return seg, seg._recover(problem, closed=closed or read_only)
+        finally:
+            seg._file.close()
 
     def _open_trusting_indexes(self) -> str | None:
         """Load the indexes and learn the segment's end; the reason to rebuild, or None."""
@@ -280,7 +326,7 @@ class Segment:
         ``write_indexes``.
         """
         seg = cls(directory, base_offset, index_interval_bytes)
-        seg._open_fd(source)
+        seg._file.open(source, read_only=False)
         seg.size = os.fstat(seg._fd).st_size
         seg._recover("compacted", closed=True, write_indexes=False)
         return seg
@@ -292,13 +338,19 @@ class Segment:
         self.index.rewrite()
         self.time_index.rewrite()
 
-    def _open_fd(self, path: Path | None = None) -> None:
-        self._fd = os.open(
-            self.log_path if path is None else path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644
-        )
-        # Readers may hold this segment after retention removed it; the descriptor closes
-        # when the last of them lets go (POSIX keeps an unlinked file readable).
-        weakref.finalize(self, _close_quietly, self._fd)
+    @property
+    def _fd(self) -> int:
+        """The ``.log`` file's descriptor, opened on first use.
+
+        Once open it stays open for the segment's life: readers may hold this segment after
+        retention or the compactor removed its file, and the descriptor closes when the last
+        of them lets go (POSIX keeps an unlinked file readable). ``delete`` and the
+        compactor's swap open it first for that reason.
+        """
+        fd = self._file.fd
+        if fd < 0:
+            fd = self._file.open(self.log_path, read_only=self.read_only)
+        return fd
 
     def _recover(
         self, reason: str, *, closed: bool = False, write_indexes: bool = True
@@ -374,11 +426,12 @@ class Segment:
                 + [f"batches failing their CRC kept at offsets {kept_corrupt} (reads of them fail)"]
             )
         truncated = file_size - valid_end
-        if truncated:
+        lost_to = self._last_intact_offset(valid_end, file_size) if truncated else None
+        if truncated and not self.read_only:
             os.ftruncate(self._fd, valid_end)
             os.fsync(self._fd)
         self.size = valid_end
-        if write_indexes:
+        if write_indexes and not self.read_only:
             self.index.rewrite()
             self.time_index.rewrite()
         if not truncated and not kept_corrupt and reason == "unclean shutdown":
@@ -389,7 +442,23 @@ class Segment:
             from_offset=self.next_offset,
             reason=problem or reason,
             indexes_rebuilt=True,
+            lost_to_offset=lost_to,
+            repaired=not self.read_only,
+            damaged=bool(truncated or kept_corrupt),
         )
+
+    def _last_intact_offset(self, start: int, end: int) -> int | None:
+        """The last offset of the last batch in [start, end) that passes its CRC, if any.
+
+        Recovery cuts at ``start``; this says how far the loss goes. Only CRC-checked headers
+        are believed (a damaged one can claim any offset); the walk follows length fields
+        and stops where they no longer frame a batch.
+        """
+        last: int | None = None
+        for _pos, header, view in self._walk_bodies(start, end):
+            if header.magic == MAGIC and crc32c(view[CRC_START:]) == header.crc:
+                last = header.last_offset
+        return last
 
     # -- walking batches -------------------------------------------------------------------
 
@@ -458,6 +527,8 @@ class Segment:
         caller verified the batch's CRC on exactly these bytes: they join the verified ranges.
         Returns the position.
         """
+        if self.read_only:
+            raise LogClosedError(f"{self.log_path} is open read-only")
         position = self.size
         stamp = base_offset.to_bytes(8, "big", signed=True)
         rest = memoryview(data)[8:]
@@ -669,11 +740,24 @@ class Segment:
         after an unclean shutdown the active segment's indexes are rebuilt from the log
         anyway, so an fsync of them per append would buy nothing.
         """
+        if self.read_only:
+            return
         if fsync and self._dirty:
-            os.fsync(self._fd)
+            self._fsync_log()
         self._dirty = False
         self.index.flush(fsync=fsync and fsync_indexes)
         self.time_index.flush(fsync=fsync and fsync_indexes)
+
+    def _fsync_log(self) -> None:
+        if self._file.fd >= 0:
+            os.fsync(self._file.fd)
+            return
+        # Not opened since recovery read it (``mark_dirty``): fsync without keeping it open.
+        fd = os.open(self.log_path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def mark_dirty(self) -> None:
         """The next ``flush(fsync=True)`` must fsync even if nothing is appended before it."""
@@ -693,6 +777,8 @@ class Segment:
 
     def truncate_to(self, offset: int) -> None:
         """Remove batches at and after ``offset`` (which must be a batch boundary)."""
+        if self.read_only:
+            raise LogClosedError(f"{self.log_path} is open read-only")
         found = self.find_position(offset)
         if found is None:
             return
@@ -703,12 +789,21 @@ class Segment:
         self._recover("truncation")
 
     def close(self) -> None:
+        if self.read_only:
+            self._file.close()
+            return
         self.flush(fsync=True, fsync_indexes=True)
         if self._index_suspect:
             # A lookup found an entry that names the wrong batch: make the next open rebuild.
             self.index_path.unlink(missing_ok=True)
 
     def delete(self) -> None:
+        if self.read_only:
+            raise LogClosedError(f"{self.log_path} is open read-only")
+        try:
+            self.fileno()  # readers holding this segment keep reading the unlinked file
+        except FileNotFoundError:
+            pass
         for path in (self.log_path, self.index_path, self.timeindex_path):
             try:
                 path.unlink()
@@ -728,8 +823,28 @@ def _covers(header: BatchHeader, offset: int, next_base: int | None) -> bool:
     return last >= offset
 
 
-def _close_quietly(fd: int) -> None:
-    try:
-        os.close(fd)
-    except OSError:
-        pass
+class _FileHandle:
+    """A segment's ``.log`` descriptor, or -1 while it is closed (kept apart from the segment
+    so the segment's finalizer can close it)."""
+
+    __slots__ = ("_lock", "fd")
+
+    def __init__(self) -> None:
+        self.fd = -1
+        self._lock = threading.Lock()
+
+    def open(self, path: Path, *, read_only: bool) -> int:
+        with self._lock:
+            if self.fd < 0:
+                flags = os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT | os.O_APPEND
+                self.fd = os.open(path, flags, 0o644)
+            return self.fd
+
+    def close(self) -> None:
+        with self._lock:
+            fd, self.fd = self.fd, -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import logging
 
+from streamkit._core.errors import ConfigError
 from streamkit.agents import Agent
 from streamkit.app import App
+from streamkit.dsl import copartitioning_errors
 from streamkit.runtime.probe import Hop, discover
 from streamkit.runtime.sender import RuntimeSender
 from streamkit.runtime.state import StateManager
@@ -63,6 +65,9 @@ class Topology:
         # they come after the inputs and before the hops of agents that read them.
         inputs = [t.name for a in self.app.agents.values() for t in a.topics if t.name in self._counts]
         await self.state.create_changelogs(self.ensure, max([default, *(self._counts[n] for n in inputs)]))
+        errors = copartitioning_errors(self.app.topologies, lambda t: self._counts.get(t.name))
+        if errors:  # a declared join over inputs partitioned differently: refuse to start
+            raise ConfigError("; ".join(errors))
         await self.state.open_global_tables()
         copartitioned: dict[str, Agent] = {}
         for agent in self.app.agents.values():

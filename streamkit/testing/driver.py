@@ -46,7 +46,11 @@ class AppDriver:
         self._reader_seq = 0
 
     async def __aenter__(self) -> AppDriver:
-        await self.worker.start()
+        try:
+            await self.worker.start()
+        except BaseException:
+            await self.__aexit__(None, None, None)  # a start that fails leaves nothing open
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -1,6 +1,6 @@
 """Helpers for the broker tests: a broker subprocess and a raw wire client.
 
-``BrokerProcess`` runs ``python -m streamkit.cli.broker --port 0`` (or a fixed port, to
+``BrokerProcess`` runs ``streamkit broker --port 0`` (the installed console script, as users do) (or a fixed port, to
 restart on the same one), waits for its "listening on HOST:PORT" line and stops it with
 SIGTERM (SIGKILL if it does not exit in time). Its stderr goes to a file that is shown when
 a test fails, so a broker-side traceback is never lost.
@@ -25,6 +25,7 @@ from typing import Any
 
 _LISTENING = re.compile(r"streamkit broker listening on (\S+):(\d+) \(data: (.*)\)")
 START_TIMEOUT_S = 30
+STREAMKIT = Path(sys.executable).parent / "streamkit"  # the console script of this venv
 STOP_TIMEOUT_S = 30
 
 
@@ -46,7 +47,7 @@ class BrokerProcess:
         assert self.proc is None or self.proc.poll() is not None, "already running"
         port = self.port if same_port else 0
         cmd = [
-            sys.executable, "-m", "streamkit.cli.broker",
+            str(STREAMKIT), "broker",
             "--data-dir", str(self.data_dir), "--host", "127.0.0.1", "--port", str(port),
             "--log-level", "info", *self.args,
         ]

@@ -7,6 +7,8 @@ fetch completeness and long polling.
 
 from __future__ import annotations
 
+import select
+import socket
 import struct
 import time
 from pathlib import Path
@@ -23,7 +25,7 @@ from aiokafka.protocol.metadata import MetadataRequest_v1, MetadataRequest_v5
 from aiokafka.protocol.offset import OffsetRequest_v1
 from aiokafka.protocol.produce import ProduceRequest_v3, ProduceRequest_v7
 from aiokafka.protocol.transaction import InitProducerIdRequest_v0
-from broker_helpers import BrokerProcess, WireClient
+from broker_helpers import STREAMKIT, BrokerProcess, WireClient
 
 from streamkit.log.records import NewRecord, build_batch, iter_batches
 
@@ -318,10 +320,9 @@ def test_second_broker_on_a_used_port_or_data_dir_fails_with_one_line(
     broker: BrokerProcess, tmp_path: Path
 ) -> None:
     import subprocess
-    import sys
 
     same_port = subprocess.run(
-        [sys.executable, "-m", "streamkit.cli.broker", "--data-dir", str(tmp_path / "other"),
+        [str(STREAMKIT), "broker", "--data-dir", str(tmp_path / "other"),
          "--port", str(broker.port)],
         capture_output=True, text=True, timeout=30, check=False,
     )
@@ -329,7 +330,7 @@ def test_second_broker_on_a_used_port_or_data_dir_fails_with_one_line(
     assert "cannot listen on 127.0.0.1" in same_port.stderr
     assert "Traceback" not in same_port.stderr
     same_dir = subprocess.run(
-        [sys.executable, "-m", "streamkit.cli.broker", "--data-dir", str(broker.data_dir), "--port", "0"],
+        [str(STREAMKIT), "broker", "--data-dir", str(broker.data_dir), "--port", "0"],
         capture_output=True, text=True, timeout=30, check=False,
     )
     assert same_dir.returncode != 0
@@ -399,3 +400,71 @@ def test_a_segment_damaged_while_the_broker_was_down_is_not_served(broker_factor
         with WireClient(broker.host, broker.port) as client, pytest.raises(ConnectionError, match="closed"):
             fetch(client, [("damaged", 0, 400)])
     assert broker.alive()
+
+
+# -- connections that stall ------------------------------------------------------------------
+
+
+def _wait_all_closed(socks: list[socket.socket], timeout_s: float) -> int:
+    """Wait until the broker closed every socket of ``socks`` (at most ``timeout_s``); how many it did."""
+    open_socks = {s.fileno(): s for s in socks}
+    poller = select.poll()
+    for fd in open_socks:
+        poller.register(fd, select.POLLIN)
+    deadline = time.monotonic() + timeout_s
+    while open_socks and time.monotonic() < deadline:
+        for fd, _event in poller.poll(200):
+            try:
+                data = open_socks[fd].recv(4096)
+            except (ConnectionResetError, BrokenPipeError):
+                data = b""
+            if not data:
+                poller.unregister(fd)
+                del open_socks[fd]
+    return len(socks) - len(open_socks)
+
+
+def test_half_sent_requests_do_not_hold_connection_slots(broker_factory: type[BrokerProcess]) -> None:
+    # More stalled clients than --max-connections (1024, the default): each sends the first
+    # half of a Metadata request and stops. The request timeout closes them, so the slots free up.
+    proc = broker_factory("--request-timeout-ms", "1000").start(same_port=False)
+    frame = struct.pack(">hhih", 3, 5, 1, -1) + struct.pack(">i", -1) + b"\x00"
+    half = struct.pack(">i", len(frame)) + frame[: len(frame) // 2]
+    stalled = []
+    try:
+        for _ in range(1030):
+            sock = socket.create_connection((proc.host, proc.port), timeout=10)
+            sock.sendall(half)
+            stalled.append(sock)
+        assert _wait_all_closed(stalled, timeout_s=60) == len(stalled)
+    finally:
+        for sock in stalled:
+            sock.close()
+    with WireClient(proc.host, proc.port) as client:
+        assert client.call(ApiVersionRequest_v0()).error_code == 0
+    assert proc.stop() == 0
+    assert "an incomplete request" in proc.stderr()
+
+
+def test_idle_connections_close_but_slow_requests_and_long_polls_do_not(
+    broker_factory: type[BrokerProcess], unique: str
+) -> None:
+    proc = broker_factory("--request-timeout-ms", "1500", "--connections-max-idle-ms", "1500").start(same_port=False)
+    with WireClient(proc.host, proc.port) as idle, WireClient(proc.host, proc.port) as busy:
+        assert create_topic(busy, unique) == 0
+        # A fetch parked longer than the idle timeout is a request in progress, not idleness.
+        assert fetch(busy, [(unique, 0, 0)], max_wait_ms=3000)[(unique, 0)] == (0, 0, b"")
+        # A request that arrives in pieces, each well within the request timeout, is served.
+        request = ApiVersionRequest_v0()
+        busy.correlation_id += 1
+        header = struct.pack(">hhih", request.API_KEY, request.API_VERSION, busy.correlation_id, 4) + b"slow"
+        body = header + request.encode()
+        framed = struct.pack(">i", len(body)) + body
+        for i in range(0, len(framed), 6):
+            busy.send_raw(framed[i : i + 6])
+            time.sleep(0.05)
+        assert ApiVersionResponse_v0.decode(busy.recv_frame()[4:]).error_code == 0
+        # The connection that never sent a request has been closed by now, or soon will be.
+        assert idle.is_closed_by_peer(timeout_s=30)
+    assert proc.stop() == 0
+    assert "idle for" in proc.stderr()

@@ -44,6 +44,26 @@ async def read_all(bootstrap: str, topic: str, *, committed: bool, expect: int, 
         await consumer.stop()
 
 
+async def wait_until_stable(bootstrap: str, tp: TopicPartition) -> None:
+    """Wait (at most WAIT_S) until no open transaction holds back ``tp``'s last stable offset."""
+    committed = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
+    uncommitted = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_uncommitted")
+    await committed.start()
+    await uncommitted.start()
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            stable = (await committed.end_offsets([tp]))[tp]
+            high = (await uncommitted.end_offsets([tp]))[tp]
+            if stable == high:
+                return
+            assert time.monotonic() < deadline, f"last stable offset {stable} stays below {high}"
+            await asyncio.sleep(0.05)
+    finally:
+        await committed.stop()
+        await uncommitted.stop()
+
+
 async def test_aiokafka_commit_and_abort(broker: BrokerProcess, unique: str) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id=unique)
     await producer.start()
@@ -182,7 +202,9 @@ async def test_open_transaction_is_aborted_after_a_crash_and_times_out_otherwise
     try:
         await slow.begin_transaction()
         await slow.send_and_wait("t", b"too slow")
-        await asyncio.sleep(3)  # the coordinator aborts it and fences the producer
+        # The coordinator aborts it once it times out: its abort marker moves the last stable
+        # offset up to the high watermark, which the open transaction held back until then.
+        await wait_until_stable(broker.bootstrap, TopicPartition("t", 0))
         with pytest.raises(KafkaError):
             await asyncio.wait_for(slow.commit_transaction(), WAIT_S)
     finally:

@@ -30,7 +30,7 @@ from streamkit.log.records import NewRecord
 from streamkit.transport.kafka_tools import FetchOutOfRangeError, KafkaTools, TopicNotFoundError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "broker"))
-from broker_helpers import BrokerProcess
+from broker_helpers import STREAMKIT, BrokerProcess
 
 
 def interruptible() -> None:
@@ -58,7 +58,7 @@ def sk(*args: str, input: str | bytes | None = None, env: dict[str, str | None] 
 def sk_process(*args: str, input: bytes | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
     base = {k: v for k, v in os.environ.items() if k not in _CLEAN_ENV}
     return subprocess.run(
-        [sys.executable, "-m", "streamkit.cli", *args], input=input, capture_output=True, env={**base, **(env or {})}, timeout=60
+        [str(STREAMKIT), *args], input=input, capture_output=True, env={**base, **(env or {})}, timeout=60
     )
 
 
@@ -273,7 +273,7 @@ def test_follow_over_the_wire(broker: BrokerProcess) -> None:
     b = ("--bootstrap", broker.bootstrap)
     sk("topics", "create", "wire-live", "-p", "2", *b)
     # --from-beginning: the records produced below are read even if the follower starts late.
-    cmd = [sys.executable, "-m", "streamkit.cli", "consume", "wire-live", "-f", "--from-beginning"]
+    cmd = [str(STREAMKIT), "consume", "wire-live", "-f", "--from-beginning"]
     cmd += ["-g", "watchers", "--print-offsets", *b]
     env = {k: v for k, v in os.environ.items() if k not in _CLEAN_ENV}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, preexec_fn=interruptible)

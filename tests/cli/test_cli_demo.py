@@ -17,8 +17,9 @@ def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
     )
     out = result.stdout.decode()
     assert result.returncode == 0, out + result.stderr.decode()
-    for header in ("== 1. A streaming pipeline", "lag: 0", "== 7. A consumer group", "== 9. Verify", "== Done =="):
+    for header in ("== 1. A streaming pipeline", "lag: 0", "== 7. A consumer group", "== 9. Verify", "== 11. A table", "== Done =="):
         assert header in out
     assert "no damage found" in out and "1 problem found" in out
+    assert '{"key": "the", "value": 3}' in out and '{"key": "fox", "value": 1}' in out
     assert "Traceback" not in result.stderr.decode()
     assert list(tmp_path.iterdir()) == []  # the temporary data directory is gone

@@ -131,6 +131,27 @@ def test_verify_finds_a_flipped_byte(run, known: Path) -> None:
     assert _files(known) == before  # verify never writes
 
 
+def test_verify_and_dump_do_not_count_records_a_damaged_header_claims(run, known: Path) -> None:
+    log_file = known / "t-0" / f"{SEGMENT}.log"
+    data = bytearray(log_file.read_bytes())
+    first_size = struct.unpack(">i", data[8:12])[0] + 12
+    data[57:61] = (16778205).to_bytes(4, "big")  # the first batch's record count (CRC-covered)
+    log_file.write_bytes(bytes(data))
+    verify = run("log", "verify", str(known))
+    assert verify.exit_code == 1
+    assert f"problem: {log_file} position 0: CRC mismatch" in verify.stdout
+    assert "16778205" not in verify.stdout
+    # Batches 2 and 3 (2 records) are counted; the damaged one is reported, not added up.
+    assert "t-0: 1 segment, offsets 0..4, 3 batches, 2 records (+ 1 damaged batch, records not counted), " in (
+        verify.stdout
+    )
+    assert "3 records (+ 1 damaged batch, records not counted)" in verify.stdout.splitlines()[-1]
+    dump = run("log", "dump", str(log_file))
+    last = dump.stdout.splitlines()[-1]
+    assert last.startswith("3 batches, 2 records, ") and "1 batch failing the CRC check" in last
+    assert first_size > 61
+
+
 def test_verify_finds_truncated_and_wrong_indexes(run, known: Path) -> None:
     index = known / "t-0" / f"{SEGMENT}.index"
     raw = index.read_bytes()

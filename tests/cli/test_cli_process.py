@@ -39,11 +39,27 @@ def _read_lines(proc: subprocess.Popen[bytes], n: int, timeout_s: float = 20.0) 
     return buf.splitlines()
 
 
+def _read_stderr_line(proc: subprocess.Popen[bytes], timeout_s: float) -> bytes:
+    """The first stderr line of ``proc``, read byte by byte so nothing after it is consumed."""
+    assert proc.stderr is not None
+    fd = proc.stderr.fileno()
+    line = b""
+    deadline = time.monotonic() + timeout_s
+    while not line.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        assert left > 0, f"no line on stderr within {timeout_s} s: {line!r}"
+        if select.select([fd], [], [], left)[0]:
+            byte = os.read(fd, 1)
+            assert byte, f"stderr closed after {line!r} (exit {proc.poll()})"
+            line += byte
+    return line
+
+
 def test_help_and_version(run_process) -> None:
     result = run_process("--help", module=True)
     assert result.returncode == 0
     assert result.stdout.startswith(b"Usage: streamkit [OPTIONS] COMMAND [ARGS]...")
-    for command in (b"topics", b"produce", b"consume", b"log"):
+    for command in (b"topics", b"produce", b"consume", b"log", b"broker", b"worker", b"agents", b"send"):
         assert command in result.stdout
     version = run_process("--version")
     assert version.returncode == 0 and b"0.1.0" in version.stdout
@@ -68,6 +84,43 @@ def test_errors_are_one_line_with_exit_code_2(run_process, tmp_path: Path, one_l
         locked = run_process("produce", "t", data_dir=data, input=b"x\n")
     assert locked.returncode == 2
     one_line_error(locked.stderr, "is in use by another process", f"pid {os.getpid()}")
+
+
+def _in_dir(cwd: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    env = {k: v for k, v in os.environ.items() if k != "STREAMKIT_DATA_DIR"}
+    return subprocess.run([str(STREAMKIT), *args], cwd=cwd, env=env, capture_output=True, timeout=60)
+
+
+def test_an_app_module_that_fails_to_import_is_one_line_naming_file_and_line(
+    tmp_path: Path, one_line_error
+) -> None:
+    (tmp_path / "broken_syntax.py").write_text("import streamkit as sk\n\ndef f(:\n    pass\n")
+    (tmp_path / "broken_run.py").write_text("import streamkit as sk\n\napp = sk.App('x')\nraise RuntimeError('no config')\n")
+    for command in (("worker",), ("agents",), ("send", "t", "1")):
+        for module, fragments in [
+            ("broken_syntax", (f"{tmp_path / 'broken_syntax.py'}, line 3", "invalid syntax")),
+            ("broken_run", (f"{tmp_path / 'broken_run.py'}, line 4", "RuntimeError: no config")),
+        ]:
+            result = _in_dir(tmp_path, command[0], "-A", f"{module}:app", *command[1:])
+            assert result.returncode == 2, (command, module, result)
+            one_line_error(result.stderr, f"cannot import {module!r}", *fragments)
+
+
+def test_send_refuses_a_topic_the_app_does_not_declare(tmp_path: Path, one_line_error) -> None:
+    data = tmp_path / "data"
+    (tmp_path / "small_app.py").write_text(
+        "import streamkit as sk\n"
+        f"app = sk.App('small', broker='file://{data}')\n"
+        "orders = app.topic('orders', partitions=1)\n"
+    )
+    refused = _in_dir(tmp_path, "send", "-A", "small_app:app", "UNDECLARED", "1")
+    assert refused.returncode == 2, refused
+    one_line_error(refused.stderr, "declares no topic 'UNDECLARED'", "orders")
+    sent = _in_dir(tmp_path, "send", "-A", "small_app:app", "orders", "1")
+    assert sent.returncode == 0, sent.stderr
+    assert sent.stdout == b"orders-0@0\n"
+    with LogManager(data, background=False) as log:
+        assert log.list_topics() == ["orders"]
 
 
 def test_piped_produce_and_consume(run_process, tmp_path: Path) -> None:
@@ -137,14 +190,23 @@ def test_sigterm_closes_cleanly(tmp_path: Path, run_process) -> None:
     run_process("topics", "create", "live", data_dir=data)
     env = {**os.environ, "STREAMKIT_DATA_DIR": str(data)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamkit.cli", "consume", "live", "-f", "--poll-interval-ms", "50"],
+        [str(STREAMKIT), "consume", "live", "-f", "--poll-interval-ms", "50"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
     )
-    time.sleep(1.0)
-    proc.send_signal(signal.SIGTERM)
-    _out, err = proc.communicate(timeout=20)
+    try:
+        assert proc.stderr is not None
+        # SIGTERM once the follower says it runs: earlier it would race the interpreter's start.
+        ready = _read_stderr_line(proc, timeout_s=30)
+        assert ready == b"following live (partitions 0); Ctrl-C to stop\n", ready
+        proc.send_signal(signal.SIGTERM)
+        _out, rest = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = ready + rest
     assert proc.returncode == 143, err
     assert b"Traceback" not in err
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import resource
+import subprocess
 from pathlib import Path
 
 from streamkit.log.manager import LogManager
 from streamkit.log.records import NewRecord
+from tests.cli.conftest import STREAMKIT
 
 
 def test_create_list_describe_delete(run, data_dir: Path) -> None:
@@ -89,3 +92,63 @@ def test_data_dir_option_and_help(run, tmp_path: Path) -> None:
     assert "Usage: streamkit topics create [OPTIONS] NAME" in help_.stdout
     assert "--data-dir" in help_.stdout
     assert run("--help").exit_code == 0
+
+
+def _nofile_1024() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+
+
+def test_thousands_of_partitions_under_ulimit_1024(data_dir: Path) -> None:
+    # Each command is its own process with at most 1,024 open files (`ulimit -n 1024`).
+    def streamkit(*args: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            [str(STREAMKIT), *args, "--data-dir", str(data_dir)],
+            capture_output=True,
+            preexec_fn=_nofile_1024,
+            timeout=300,
+        )
+
+    created = streamkit("topics", "create", "m", "-p", "3000")
+    assert created.returncode == 0, created.stderr
+    assert created.stdout == b"created topic m with 3000 partitions\n"
+    listed = streamkit("topics", "list")
+    assert listed.returncode == 0 and listed.stdout == b"m\n", listed.stderr
+    described = streamkit("topics", "describe", "m")
+    assert described.returncode == 0, described.stderr
+    assert described.stdout.decode().splitlines()[0].startswith("Topic: m  Partitions: 3000 ")
+    deleted = streamkit("topics", "delete", "m")
+    assert deleted.returncode == 0, deleted.stderr
+    assert streamkit("topics", "list").stdout == b""
+    assert not [p for p in data_dir.iterdir() if p.name.startswith("m-")]
+
+
+def test_a_corrupt_topic_metadata_file_is_one_warning_and_the_rest_still_lists(run, data_dir: Path) -> None:
+    for name in ("a", "b", "c"):
+        assert run("topics", "create", name).exit_code == 0
+    bad = data_dir / ".meta" / "topics" / "b.json"
+    bad.write_bytes(b"\x00not json")
+    listed = run("topics", "list")
+    assert listed.exit_code == 0
+    assert listed.stdout == "a\nc\n"
+    [line] = listed.stderr.splitlines()
+    assert line.startswith("streamkit: warning: ") and str(bad) in line
+    assert run("topics", "describe", "c").exit_code == 0
+
+
+def test_names_and_configs_are_checked_before_anything_is_made(run, data_dir: Path, one_line_error) -> None:
+    cases = [
+        (("topics", "create", "n" * 250), "invalid topic name"),
+        (("topics", "create", "x", "--config", "max.message.bytes=0"), "max.message.bytes"),
+        (("topics", "create", "x", "--config", "max.message.bytes=99999999999999999999"), "max.message.bytes"),
+    ]
+    for args, fragment in cases:
+        result = run(*args)
+        assert result.exit_code == 2, (args, result.output)
+        one_line_error(result.stderr, fragment)
+        assert not data_dir.exists(), args
+    longest = "n" * 249
+    created = run("topics", "create", longest, "-p", "2")
+    assert created.exit_code == 0, created.output
+    assert run("produce", longest, input="v\n").exit_code == 0
+    assert run("topics", "delete", longest).exit_code == 0
+    assert run("topics", "list").stdout == ""

@@ -14,7 +14,14 @@ app = sk.App(
     commit_interval=float(os.environ.get("TCOUNT_COMMIT_S", "1.0")),
 )
 events = app.topic("events", key_type=str, value_type=int, partitions=3)
-counts = app.Table("counts", default=int, key_type=str, value_type=int, store=os.environ.get("TCOUNT_STORE", "rocksdb"))
+counts = app.Table(
+    "counts",
+    default=int,
+    key_type=str,
+    value_type=int,
+    store=os.environ.get("TCOUNT_STORE", "rocksdb"),
+    standby_replicas=int(os.environ.get("TCOUNT_STANDBY", "0")),
+)
 
 
 @app.agent(events)

@@ -146,3 +146,14 @@ async def test_flat_map_rekeys_and_values_cross_the_repartition_as_json() -> Non
     # The definition is plain data the app keeps: the nodes, in order.
     (pipeline,) = app.topologies
     assert [type(n).__name__ for n in pipeline] == ["Source", "Map", "GroupBy", "Aggregate"]
+
+
+async def test_a_join_of_streams_and_tables_not_co_partitioned_is_refused_at_start() -> None:
+    app = sk.App("dsl-copart")
+    users = app.topic("users", key_type=str, value_type=str, partitions=2)
+    clicks = app.topic("clicks", key_type=str, value_type=str, partitions=3)
+    names = app.stream(users).to_table("names", partitions=2)
+    app.stream(clicks).join(names, lambda c, u: u).to(app.topic("out"))
+    with pytest.raises(ConfigError, match=r"'clicks' \(3 partitions\) is joined with table 'names' \(2 partitions\)"):
+        async with AppDriver(app):
+            pass

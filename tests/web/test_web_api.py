@@ -60,7 +60,7 @@ async def test_worker_command_serves_the_api_and_stops_gracefully(tmp_path: Path
     env = {**os.environ, "SAMPLE_APP_ID": "webcli", "SAMPLE_BROKER": f"file://{tmp_path / 'log'}",
            "PYTHONPATH": str(ROOT / "tests" / "engine")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamkit.cli", "worker", "-A", "sample_app:app", "--web-port", "0",
+        [str(Path(sys.executable).parent / "streamkit"), "worker", "-A", "sample_app:app", "--web-port", "0",
          "--progress-interval", "0.2"],
         env=env, stderr=subprocess.PIPE, text=True, cwd=ROOT,
     )

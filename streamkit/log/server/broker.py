@@ -33,6 +33,7 @@ from streamkit.log.server import apis
 from streamkit.log.server.config import BrokerConfig
 from streamkit.log.server.connection import FrameProtocol, serve_connection
 from streamkit.log.server.dispatch import Dispatcher
+from streamkit.log.server.group_sync import GroupSync
 from streamkit.log.server.notifier import AppendNotifier
 from streamkit.log.server.state import BrokerState, load_cluster_id
 from streamkit.log.server.transactions import TransactionCoordinator
@@ -68,7 +69,7 @@ class Broker:
         self._log: LogManager | None = None
         self._state: BrokerState | None = None
         self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task[None]] = set()
+        self._connections: dict[asyncio.Task[None], FrameProtocol] = {}
         self._stack = contextlib.AsyncExitStack()
         self._tasks: asyncio.TaskGroup | None = None
         self._background: list[asyncio.Task[None]] = []
@@ -127,6 +128,8 @@ class Broker:
             state.transactions = TransactionCoordinator(
                 log, producers, state.producer_ids, state.run_blocking
             )
+        if self.config.durable:
+            state.group_sync = GroupSync(state.run_blocking)
         dispatcher = Dispatcher(state)
         try:
             await coordinator.start()
@@ -154,6 +157,22 @@ class Broker:
         self._state = state
         if state.transactions is not None:
             self._background.append(self._tasks.create_task(self._expire_transactions(state.transactions)))
+        self._background.append(self._tasks.create_task(self._expire_connections()))
+
+    async def _expire_connections(self) -> None:
+        """Close connections stuck on an incomplete request or idle (``FrameProtocol.stale``)."""
+        request_timeout_s = self.config.request_timeout_ms / 1000
+        max_idle_s = self.config.connections_max_idle_ms / 1000
+        # A timeout is noticed at most one sweep late.
+        interval_s = min(1.0, request_timeout_s / 4, max_idle_s / 4)
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval_s)
+            now = loop.time()
+            for protocol in list(self._connections.values()):
+                reason = protocol.stale(now, request_timeout_s, max_idle_s)
+                if reason is not None:
+                    protocol.expire(reason)
 
     async def _expire_transactions(self, coordinator: TransactionCoordinator) -> None:
         while True:
@@ -170,8 +189,11 @@ class Broker:
             return
         # A task in our TaskGroup, so shutdown can cancel it cleanly.
         task = self._tasks.create_task(self._serve(protocol, dispatcher))
-        self._connections.add(task)
-        task.add_done_callback(self._connections.discard)
+        self._connections[task] = protocol
+        task.add_done_callback(self._forget)
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        self._connections.pop(task, None)
 
     async def _serve(self, protocol: FrameProtocol, dispatcher: Dispatcher) -> None:
         try:
@@ -193,6 +215,9 @@ class Broker:
             task.cancel()
         await self._stack.aclose()  # waits for the connection tasks
         state = self._state
+        if state is not None and state.group_sync is not None:
+            sync = state.group_sync
+            logger.info("durable: %d fsync rounds for %d produce requests", sync.rounds, sync.requests)
         if state is not None:
             await state.coordinator.aclose()
             await state.drain_blocking()

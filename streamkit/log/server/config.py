@@ -28,6 +28,16 @@ class BrokerConfig:
     max_frame_bytes: int = 100 * MIB  # a larger frame closes its connection
     max_in_flight: int = 16  # requests read ahead of their responses, per connection
     max_connections: int = 1024
+    # A request must arrive whole within this long of its first byte, or its connection is
+    # closed: half-sent frames cannot hold connection slots (Kafka's request timeout).
+    request_timeout_ms: int = 30_000
+    # A connection that sends no request and has none in progress for this long is closed
+    # (Kafka's connections.max.idle.ms, same default).
+    connections_max_idle_ms: int = 600_000
+    # Acknowledge a produce (acks 1 or all) only once its records are fsynced, one fsync
+    # shared by the requests that arrived meanwhile (``group_sync.py``). Off: acknowledged
+    # means in the page cache, on disk within the topic's flush.ms.
+    durable: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -38,6 +48,8 @@ class BrokerConfig:
             raise ConfigError("the maximum frame size must be at least 1024 bytes")
         if self.max_in_flight < 1 or self.max_connections < 1:
             raise ConfigError("in-flight and connection limits must be at least 1")
+        if self.request_timeout_ms < 1 or self.connections_max_idle_ms < 1:
+            raise ConfigError("the request and idle timeouts must be at least 1 ms")
 
     @property
     def advertised(self) -> str:

@@ -9,6 +9,10 @@ Invariants:
 * a response is a list of parts (``frames.py``): bytes are written, a ``FileRange`` of
   verified segment bytes goes out with ``loop.sendfile`` (``sendfile(2)`` where the
   transport allows it) once everything before it is written, so the order holds;
+* a request that has not arrived whole ``request_timeout_ms`` after it started arriving, and
+  a connection with no request for ``connections_max_idle_ms`` (none in progress), are
+  closed (``FrameProtocol.stale``, checked by the broker's sweep): a client that sends half
+  a frame and stops cannot hold a connection slot for good;
 * a frame whose size is negative, too small for a header or above ``max_frame_bytes``,
   an unreadable request, an API we do not serve or a failing handler closes *this*
   connection after the responses already due; nothing a client sends reaches past its
@@ -72,6 +76,13 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._lost: asyncio.Future[None] | None = None
         self._lost_exc: BaseException | None = None
+        # Timeouts. The hot path only counts frames; the broker's sweep (``stale``) keeps the
+        # times, so a busy connection pays no clock reads for them.
+        self.frames_received = 0
+        self.handling = False  # a request of this connection is being answered
+        self._seen_frames = -1
+        self._quiet_since = 0.0  # sweep time since which no frame arrived and none ran
+        self._partial_since: float | None = None  # sweep time it first saw a partial frame
 
     # -- asyncio callbacks -----------------------------------------------------------------
 
@@ -157,6 +168,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
 
     def _push(self, frame: Frame | None) -> None:
         self._frames.append(frame)
+        self.frames_received += 1
         waiter = self._frame_waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -193,6 +205,40 @@ class FrameProtocol(asyncio.BufferedProtocol):
 
     def has_frames(self) -> bool:
         return bool(self._frames)
+
+    # -- timeouts --------------------------------------------------------------------------
+
+    def stale(self, now: float, request_timeout_s: float, max_idle_s: float) -> str | None:
+        """Why this connection should be closed at ``now`` (loop time, seconds), if it should.
+
+        Called periodically: a frame counted or a request running since the last call makes
+        the connection active again; bytes of a frame that are not complete at two calls
+        ``request_timeout_s`` apart mean a request that is not coming.
+        """
+        if self.frames_received != self._seen_frames or self.handling:
+            self._seen_frames = self.frames_received
+            self._quiet_since = now
+            self._partial_since = None
+        if self._ended:
+            return None
+        if self._filled or self._large is not None:
+            if self._partial_since is None:
+                self._partial_since = now
+            elif now - self._partial_since >= request_timeout_s:
+                received = self._large_filled if self._large is not None else self._filled
+                return f"an incomplete request ({received} bytes) for {now - self._partial_since:.1f} s"
+            return None
+        self._partial_since = None
+        if now - self._quiet_since >= max_idle_s:
+            return f"idle for {now - self._quiet_since:.0f} s"
+        return None
+
+    def expire(self, reason: str) -> None:
+        """Close this connection now (see ``stale``)."""
+        logger.info("closing connection %s: %s", self.peer, reason)
+        self._end()
+        if self.transport is not None:
+            self.transport.close()
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -243,6 +289,7 @@ async def _answer(protocol: FrameProtocol, dispatcher: Dispatcher, peer: object)
             frame = await protocol.next_frame()
             if frame is None:
                 return
+            protocol.handling = True
             try:
                 response = await dispatcher.handle(frame, client_host)
             except ServerError as exc:
@@ -252,6 +299,8 @@ async def _answer(protocol: FrameProtocol, dispatcher: Dispatcher, peer: object)
                 # A handler bug must cost this connection only, never the broker.
                 logger.exception("closing connection %s: request failed", peer)
                 return
+            finally:
+                protocol.handling = False
             if response is not None:
                 ready += response
                 ready_bytes += sum(len(part) for part in response)

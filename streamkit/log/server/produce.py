@@ -9,8 +9,11 @@ they came, with only the base offset stamped. Errors are per partition; one bad 
 does not fail the others. acks=0 requests get no response at all (the client reserved no
 slot for one); acks 1 and -1 are the same on a single node.
 
-Appends that may fsync (a topic with ``flush.messages`` set) run in a worker thread; plain
-appends are page-cache writes and run inline.
+Appends that may fsync (a topic with ``flush.messages`` set, or any under ``--durable``)
+run in a worker thread, so the event loop never waits on a partition an fsync holds; plain
+appends are page-cache writes and run inline. Under ``--durable`` (``BrokerConfig.durable``)
+the response to acks 1 or -1 waits for the group fsync (``group_sync.py``) of the partitions
+it appended to; when that fsync fails they answer KAFKA_STORAGE_ERROR.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import functools
 
 from streamkit.log.errors import InvalidRecordError, LogError, UnknownTopicError
 from streamkit.log.manager import INTERNAL_TOPICS
-from streamkit.log.partition import AppendResult
+from streamkit.log.partition import AppendResult, Partition
 from streamkit.log.producers import (
     InvalidProducerEpochError,
     OutOfOrderSequenceError,
@@ -48,17 +51,30 @@ async def produce(
 ) -> ProduceResponse | None:
     acks_ok = request.acks in (0, 1, -1)
     responses = []
+    appended: dict[tuple[str, int], Partition] = {}
     for topic in request.topic_data:
         partitions = []
         for data in topic.partition_data:
             if acks_ok:
-                result = await _produce_partition(state, header, request, topic.name, data)
+                result = await _produce_partition(state, header, request, topic.name, data, appended)
             else:
                 result = _error(data.index, ErrorCode.INVALID_REQUIRED_ACKS, f"acks={request.acks}")
             partitions.append(result)
         responses.append(ProduceTopicProduceResponse(name=topic.name, partition_responses=partitions))
     if request.acks == 0:
         return None
+    if state.group_sync is not None and appended:
+        try:
+            await state.group_sync.sync(appended.values())
+        except (OSError, LogError) as exc:
+            message = f"could not fsync: {exc}"
+            for topic_response in responses:
+                topic_response.partition_responses = [
+                    _error(p.index, ErrorCode.KAFKA_STORAGE_ERROR, message)
+                    if (topic_response.name, p.index) in appended
+                    else p
+                    for p in topic_response.partition_responses
+                ]
     return ProduceResponse(responses=responses)
 
 
@@ -74,6 +90,7 @@ async def _produce_partition(
     request: ProduceRequestView,
     topic: str,
     data: ProducePartitionView,
+    appended: dict[tuple[str, int], Partition],
 ) -> ProducePartitionProduceResponse:
     index = data.index
     if topic in INTERNAL_TOPICS:
@@ -113,7 +130,7 @@ async def _produce_partition(
         if refusal is not None:
             return _error(index, refusal, f"transactional batch refused for {request.transactional_id!r}")
     try:
-        if partition.config.flush_messages:
+        if partition.config.flush_messages or state.group_sync is not None:
             result: AppendResult = await state.run_blocking(
                 functools.partial(state.producers.append, partition, batch, records, crc_checked=True)
             )
@@ -123,6 +140,7 @@ async def _produce_partition(
         return _error(index, _producer_error_code(exc), str(exc))
     except LogError as exc:
         return _error(index, code_for(exc), str(exc))
+    appended[(topic, index)] = partition
     return ProducePartitionProduceResponse(
         index=index,
         base_offset=result.base_offset,

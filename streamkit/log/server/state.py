@@ -17,6 +17,7 @@ from streamkit.log.groups.coordinator import GroupCoordinator
 from streamkit.log.manager import LogManager
 from streamkit.log.producers import ProducerIdAllocator, ProducerStates
 from streamkit.log.server.config import BrokerConfig
+from streamkit.log.server.group_sync import GroupSync
 from streamkit.log.server.notifier import AppendNotifier
 from streamkit.log.server.transactions import TransactionCoordinator
 
@@ -35,6 +36,7 @@ class BrokerState:
     api_table: dict[int, tuple[int, int]]
     port: int = 0  # the port actually bound (``config.port`` may be 0)
     transactions: TransactionCoordinator | None = None
+    group_sync: GroupSync | None = None  # with ``config.durable``
     _pending: set[asyncio.Future[Any]] = field(default_factory=set)
 
     async def run_blocking(self, fn: Callable[..., T], *args: object) -> T:

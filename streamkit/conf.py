@@ -1,0 +1,377 @@
+"""``Settings`` (``app.conf``): every setting Faust documents, and streamkit's own.
+
+Each setting is one row of ``SETTINGS``: its name, default and what it does here. A setting
+is *honoured* (it changes what streamkit does) or *accepted* (a Faust app that states it
+still loads, and the value reads back from ``app.conf``, but it changes nothing here; the row
+says why). ``docs/faust.md`` lists the same table. An unknown name is a ``ConfigError``
+naming the closest known setting.
+
+    >>> conf = Settings("shop", broker="kafka://localhost:9092", version=2)
+    >>> conf.id, conf.broker, conf.value_serializer
+    ('shop-v2', 'kafka://localhost:9092', 'json')
+    >>> conf.web_port = 6067
+    >>> conf.web_port, conf.ineffective()
+    (6067, ['web_port'])
+
+Values are checked when set (constructor or attribute), so a bad value fails where it is
+written. Durations are seconds or ``timedelta`` as at every API edge; ``*_ms`` reads give
+integer milliseconds.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from streamkit._core.errors import ConfigError
+
+_APP_ID = re.compile(r"^[a-zA-Z0-9._-]{1,200}$")
+ERROR_POLICIES = ("dlq", "stop")
+SERIALIZERS = ("raw", "str", "json", "msgpack")
+STORES = ("memory", "rocksdb")
+
+# -- value checks: each takes the setting's name and a value, returns the value to keep -----
+
+
+def _any(name: str, value: Any) -> Any:
+    return value
+
+
+def _bool(name: str, value: Any) -> Any:
+    if not isinstance(value, bool):
+        raise ConfigError(f"setting {name} must be True or False, not {value!r}")
+    return value
+
+
+def _count(name: str, value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"setting {name} must be an integer >= 0, not {value!r}")
+    return value
+
+
+def _positive(name: str, value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"setting {name} must be an integer >= 1, not {value!r}")
+    return value
+
+
+def _optional(check: Callable[[str, Any], Any]) -> Callable[[str, Any], Any]:
+    return lambda name, value: None if value is None else check(name, value)
+
+
+def _seconds(name: str, value: Any) -> Any:
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ConfigError(f"setting {name} must be seconds >= 0 or a timedelta, not {value!r}")
+    return float(value)
+
+
+def _interval(name: str, value: Any) -> Any:
+    seconds = _seconds(name, value)
+    if seconds <= 0:
+        raise ConfigError(f"setting {name} must be above 0 seconds, not {value!r}")
+    return seconds
+
+
+def _str(name: str, value: Any) -> Any:
+    if not isinstance(value, str):
+        raise ConfigError(f"setting {name} must be a string, not {value!r}")
+    return value
+
+
+def _path(name: str, value: Any) -> Any:
+    if not isinstance(value, (str, Path)):
+        raise ConfigError(f"setting {name} must be a path, not {value!r}")
+    return Path(value)
+
+
+def _url(name: str, value: Any) -> Any:
+    text = str(value)  # Faust takes str or yarl.URL
+    if "://" not in text:
+        raise ConfigError(f"setting {name} must be a URL (scheme://...), not {value!r}")
+    return text
+
+
+def _port(name: str, value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+        raise ConfigError(f"setting {name} must be a port number 0-65535, not {value!r}")
+    return value
+
+
+def _one_of(*choices: str) -> Callable[[str, Any], Any]:
+    def check(name: str, value: Any) -> Any:
+        text = getattr(value, "value", value)  # Faust's enums (ProcessingGuarantee) carry .value
+        if text not in choices:
+            raise ConfigError(f"setting {name} must be one of {', '.join(choices)}, not {value!r}")
+        return text
+
+    return check
+
+
+def _guarantee(name: str, value: Any) -> Any:
+    text = _one_of("at_least_once", "exactly_once")(name, value)
+    if text != "at_least_once":
+        raise ConfigError(f"setting {name}={text!r} is not offered yet: the worker gives at_least_once")
+    return text
+
+
+def _codec(name: str, value: Any) -> Any:
+    if isinstance(value, str):
+        if value not in SERIALIZERS:
+            raise ConfigError(
+                f"setting {name}: serializer {value!r} is not offered here; use {', '.join(SERIALIZERS)} or a Serde"
+            )
+        return value
+    if callable(getattr(value, "dumps", None)) and callable(getattr(value, "loads", None)):
+        return value  # a Serde
+    raise ConfigError(f"setting {name} must be a serializer name or a Serde, not {value!r}")
+
+
+def _broker(name: str, value: Any) -> Any:
+    """Faust's broker forms, as one URL the transports open: ``kafka://h:p``, a list of
+    URLs, ``kafka://a:1;kafka://b:2``; ``aiokafka://`` and ``confluent://`` (Faust's drivers)
+    mean ``kafka://``; ``file://DIR`` is the embedded log."""
+    urls = [str(v) for v in value] if isinstance(value, (list, tuple)) else str(value).split(";")
+    urls = [u.strip() for u in urls if u.strip()]
+    if not urls:
+        raise ConfigError(f"setting {name} names no broker")
+    hosts: list[str] = []
+    for url in urls:
+        parsed = urlparse(url if "://" in url else f"kafka://{url}")
+        if parsed.scheme == "file":
+            if len(urls) > 1:
+                raise ConfigError(f"setting {name}: a file:// broker cannot be one of several: {value!r}")
+            return url
+        if parsed.scheme not in ("kafka", "aiokafka", "confluent") or not parsed.netloc:
+            raise ConfigError(f"setting {name}: unsupported broker URL {url!r}: use kafka://host:port or file://DIR")
+        hosts.extend(h for h in parsed.netloc.split(",") if h)
+    return "kafka://" + ",".join(hosts)
+
+
+def _store(name: str, value: Any) -> Any:
+    text = _url(name, value)
+    scheme = text.split("://", 1)[0]
+    if scheme not in STORES:
+        raise ConfigError(f"setting {name}: store {text!r} is not offered here; use memory:// or rocksdb://")
+    return text
+
+
+# -- the table ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    name: str
+    default: Any
+    check: Callable[[str, Any], Any]
+    honoured: bool
+    note: str  # what it does here, or why it does nothing
+
+
+def _table() -> dict[str, Setting]:
+    rows: list[Setting] = []
+
+    def honoured(name: str, default: Any, check: Callable[[str, Any], Any], note: str) -> None:
+        rows.append(Setting(name, default, check, True, note))
+
+    def accepted(names: str, default: Any, check: Callable[[str, Any], Any], note: str) -> None:
+        for name in names.split():
+            rows.append(Setting(name, default, check, False, note))
+
+    # honoured
+    honoured("broker", "file://.streamkit", _broker,
+             "where the log is: kafka://host:port (a Kafka cluster or `streamkit broker`) or "
+             "file://DIR (the embedded log, streamkit's default; Faust's is kafka://localhost:9092)")
+    honoured("version", 1, _positive,
+             "above 1, the app id becomes id_format's ({id}-v{version}): a new consumer group and "
+             "new internal topic names, as in Faust")
+    honoured("id_format", "{id}-v{self.version}", _str, "the app id when version > 1")
+    honoured("key_serializer", "raw", _codec, "the default key serializer of the app's topics")
+    honoured("value_serializer", "json", _codec, "the default value serializer of the app's topics")
+    honoured("topic_partitions", 1, _positive,
+             "partitions of a topic declared without `partitions` (Faust's default is 8)")
+    honoured("consumer_auto_offset_reset", "earliest", _one_of("earliest", "latest"),
+             "where a new consumer group starts (also spelled auto_offset_reset)")
+    honoured("broker_commit_interval", 1.0, _interval,
+             "seconds between offset commits (also spelled commit_interval; Faust's default is 2.8)")
+    honoured("on_error", "dlq", _one_of(*ERROR_POLICIES),
+             "streamkit's own: a failing record goes to the {id}-dlq topic, or stops the worker")
+    honoured("max_agent_failures", 10, _positive,
+             "streamkit's own: an agent failing this many times in a row without processing a "
+             "record stops the worker (it backs off from 0.1 s, doubling to 30 s, in between)")
+    honoured("processing_guarantee", "at_least_once", _guarantee,
+             "at_least_once, what the worker gives; exactly_once is refused until the worker offers it")
+    # accepted, no effect here
+    accepted("store", "memory://", _store,
+             "checked (memory:// or rocksdb://); tables are not offered yet, so nothing uses it")
+    accepted("autodiscover", False, _any, "streamkit imports the app module named by -A; no scanning")
+    accepted("origin", None, _optional(_str), "Faust's app module path for its CLI; `streamkit worker -A module:app` names it")
+    accepted("datadir", Path("{conf.name}-data"), _path, "the embedded log's directory is the broker's file://DIR")
+    accepted("tabledir", Path("tables"), _path, "tables are not offered yet")
+    accepted("debug", False, _bool, "no debug mode")
+    accepted("env_prefix", None, _optional(_str), "settings are not read from the environment")
+    accepted("timezone", None, _any, "windows are not offered yet; timestamps are UTC milliseconds")
+    accepted("agent_supervisor", None, _any, "agent failures follow on_error, not a supervisor strategy")
+    accepted("blocking_timeout", None, _optional(_seconds), "no blocking detector")
+    accepted("cython_optimizations", False, _bool, "no Cython extensions")
+    accepted("broker_consumer broker_producer", None, _any, "one broker URL for consumer and producer")
+    accepted("broker_api_version consumer_api_version producer_api_version", "auto", _any,
+             "API versions are negotiated")
+    accepted("broker_check_crcs", True, _bool, "CRCs are always checked")
+    accepted("broker_client_id", "streamkit", _any, "the transport names its clients")
+    accepted("broker_commit_every", 10_000, _count, "commits follow broker_commit_interval only")
+    accepted("broker_commit_livelock_soft_timeout", 300.0, _seconds, "no livelock detector")
+    accepted("broker_credentials ssl_context", None, _any,
+             "no TLS/SASL: servers and tests talk to loopback")
+    accepted("broker_heartbeat_interval", 3.0, _seconds, "the transport's group defaults apply")
+    accepted("broker_max_poll_interval", 1000.0, _seconds, "the transport's group defaults apply")
+    accepted("broker_max_poll_records", None, _optional(_count), "the transport sizes its fetches")
+    accepted("broker_rebalance_timeout", 60.0, _seconds, "the transport's group defaults apply")
+    accepted("broker_request_timeout", 90.0, _seconds, "the transport's defaults apply")
+    accepted("broker_session_timeout", 60.0, _seconds, "the transport's group defaults apply")
+    accepted("consumer_max_fetch_size", 1024**2, _count, "the transport sizes its fetches")
+    accepted("consumer_group_instance_id", None, _optional(_str), "no static membership")
+    accepted("consumer_metadata_max_age_ms producer_metadata_max_age_ms", 300_000, _count,
+             "the transport's defaults apply")
+    accepted("consumer_connections_max_idle_ms producer_connections_max_idle_ms", 540_000, _count,
+             "the transport's defaults apply")
+    accepted("logging_config loghandlers", None, _any, "streamkit logs through the logging module; configure it there")
+    accepted("producer_acks", -1, _any, "produces wait for all in-sync replicas")
+    accepted("producer_compression_type", None, _any, "the transport's default applies")
+    accepted("producer_linger", 0.0, _seconds, "the worker's sender batches by itself")
+    accepted("producer_linger_ms", 0, _count, "the worker's sender batches by itself")
+    accepted("producer_max_batch_size", 16384, _count, "the transport's default applies")
+    accepted("producer_max_request_size", 1_000_000, _count, "the transport's default applies")
+    accepted("producer_partitioner", None, _any, "keys are partitioned with Kafka's murmur2, as Faust's default")
+    accepted("producer_request_timeout", 1200.0, _seconds, "the transport's default applies")
+    accepted("producer_threaded", False, _bool, "the producer runs on the worker's event loop")
+    accepted("recovery_consistency_check store_check_exists", True, _bool, "tables are not offered yet")
+    accepted("crash_app_on_aerospike_exception", True, _bool, "no aerospike store")
+    accepted("aerospike_retries_on_exception", 60, _count, "no aerospike store")
+    accepted("aerospike_sleep_seconds_between_retries_on_exception", 1, _count, "no aerospike store")
+    accepted("reply_create_topic", False, _bool, "agent RPC (ask) is not offered yet")
+    accepted("reply_expires", 86400.0, _seconds, "agent RPC (ask) is not offered yet")
+    accepted("reply_to", None, _optional(_str), "agent RPC (ask) is not offered yet")
+    accepted("reply_to_prefix", "f-reply-", _str, "agent RPC (ask) is not offered yet")
+    accepted("stream_buffer_maxsize", 4096, _positive, "the worker bounds its inboxes by itself (not wired yet)")
+    accepted("stream_processing_timeout", 300.0, _seconds, "no per-event processing timeout")
+    accepted("stream_publish_on_commit", False, _bool, "sends are produced as they happen")
+    accepted("stream_recovery_delay", 0.0, _seconds, "no recovery delay")
+    accepted("stream_wait_empty", True, _bool, "the worker drains its inboxes on shutdown")
+    accepted("stream_ack_cancelled_tasks stream_ack_exceptions", True, _bool, "deprecated in Faust")
+    accepted("table_cleanup_interval", 30.0, _seconds, "tables and windows are not offered yet")
+    accepted("table_key_index_size", 1000, _count, "tables are not offered yet")
+    accepted("table_standby_replicas", 1, _count, "tables are not offered yet")
+    accepted("topic_allow_declare", True, _bool, "the worker always creates missing topics")
+    accepted("topic_disable_leader", False, _bool, "no leader topic")
+    accepted("topic_replication_factor", 1, _positive, "topics are created with the broker's replication")
+    accepted("cache", "memory://", _any, "no web cache")
+    accepted("canonical_url", None, _any, "no routing between workers yet")
+    accepted("web", "aiohttp://", _any, "the HTTP API is aiohttp's")
+    accepted("web_bind web_host", "127.0.0.1", _any, "use `streamkit worker --web-host`")
+    accepted("web_port", 6066, _port, "use `streamkit worker --web-port`")
+    accepted("web_enabled", True, _bool, "the HTTP API runs when `streamkit worker --web-port` is given")
+    accepted("web_application_options web_cors_options", None, _any, "the HTTP API takes no options")
+    accepted("web_graph_enabled web_router_enabled web_tables_enabled web_metrics_enabled web_stats_enabled",
+             True, _any, "the HTTP API serves what it has")
+    accepted("web_in_thread", False, _bool, "the HTTP API runs on the worker's event loop")
+    accepted("web_ssl_context", None, _any, "no TLS: the HTTP API binds loopback")
+    accepted("web_transport", "tcp://", _any, "the HTTP API listens on TCP")
+    accepted("worker_redirect_stdouts", True, _bool, "stdout is not redirected")
+    accepted("worker_redirect_stdouts_level", "WARN", _any, "stdout is not redirected")
+    accepted("url", None, _any, "deprecated in Faust (use broker)")
+    accepted("Agent ConsumerScheduler Event Schema Stream Table SetTable GlobalTable SetGlobalTable "
+             "TableManager Serializers Worker PartitionAssignor LeaderAssignor Router Topic HttpClient Monitor",
+             None, _any, "streamkit's classes are not replaceable by settings")
+    return {row.name: row for row in rows}
+
+
+SETTINGS: Mapping[str, Setting] = _table()
+#: streamkit's spellings of Faust settings: both names read and write one value.
+ALIASES: Mapping[str, str] = {
+    "commit_interval": "broker_commit_interval",
+    "auto_offset_reset": "consumer_auto_offset_reset",
+}
+
+
+class UnknownSettingError(ConfigError, AttributeError):
+    """A setting name neither Faust nor streamkit knows."""
+
+
+class Settings:
+    """An app's settings (``app.conf``): attributes named as Faust's settings."""
+
+    def __init__(self, id: str, **settings: Any) -> None:
+        if not isinstance(id, str) or not _APP_ID.match(id):
+            raise ConfigError(f"app id {id!r} must be 1-200 characters of a-z, A-Z, 0-9, '.', '_', '-'")
+        values: dict[str, Any] = {}
+        given: set[str] = set()
+        object.__setattr__(self, "_values", values)
+        object.__setattr__(self, "_given", given)
+        object.__setattr__(self, "_id", id)
+        for name, value in settings.items():
+            key = _resolve(name)
+            if key in given and values[key] != SETTINGS[key].check(key, value):
+                raise ConfigError(f"settings {name} and {_other_name(name)} both given, with different values")
+            setattr(self, key, value)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)  # copy, pickle and friends probe for dunders
+        key = _resolve(name)
+        values: dict[str, Any] = object.__getattribute__(self, "_values")
+        return values[key] if key in values else SETTINGS[key].default
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        key = _resolve(name)
+        self._values[key] = SETTINGS[key].check(key, value)
+        self._given.add(key)
+
+    def __repr__(self) -> str:
+        given = ", ".join(f"{k}={self._values[k]!r}" for k in sorted(self._given))
+        return f"<Settings {self.id!r}{': ' + given if given else ''}>"
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(SETTINGS)
+
+    @property
+    def name(self) -> str:
+        """The id the app was given (Faust's ``conf.name``)."""
+        name: str = object.__getattribute__(self, "_id")
+        return name
+
+    @property
+    def id(self) -> str:
+        """The app id: the name, or ``id_format``'s form when ``version`` > 1 (as Faust)."""
+        if self.version > 1:
+            return str(self.id_format.format(id=self.name, self=self))
+        return self.name
+
+    @property
+    def commit_interval_ms(self) -> int:
+        return int(self.broker_commit_interval * 1000)
+
+    def ineffective(self) -> list[str]:
+        """The settings given that do nothing here (see ``SETTINGS``), sorted."""
+        return sorted(k for k in self._given if not SETTINGS[k].honoured)
+
+
+def _resolve(name: str) -> str:
+    key = ALIASES.get(name, name)
+    if key in SETTINGS:
+        return key
+    close = difflib.get_close_matches(name, [*SETTINGS, *ALIASES], n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise UnknownSettingError(f"unknown setting {name!r}{hint} (docs/faust.md lists the settings)")
+
+
+def _other_name(name: str) -> str:
+    key = ALIASES.get(name, name)
+    return next((alias for alias, target in ALIASES.items() if target == key and alias != name), key)

@@ -1,0 +1,18 @@
+"""The examples in the docstrings of the Faust-compatibility modules run and hold."""
+
+from __future__ import annotations
+
+import doctest
+from types import ModuleType
+
+import pytest
+
+import streamkit._core.record
+import streamkit.conf
+import streamkit.typenames
+
+
+@pytest.mark.parametrize("module", [streamkit.conf, streamkit.typenames, streamkit._core.record])
+def test_docstring_examples(module: ModuleType) -> None:
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0
