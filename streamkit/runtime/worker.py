@@ -3,8 +3,8 @@
 Lifecycle: ``start`` opens the transport, probes the agents' topologies and creates the
 topics, subscribes one consumer (group = app id) to every input and starts the
 loops; ``stop`` (or SIGTERM/Ctrl-C in the CLI) stops the tasks, commits what was processed and
-closes. The worker wires the parts together and owns the fetch and commit loops, forwarding
-of yielded values, dead letters and introspection; the parts live beside it:
+closes. The worker wires the parts together and owns the fetch and commit loops, dead
+letters and introspection; the parts live beside it:
 
 * ``topology.py``: the probed hops of each agent, the topics created for them, partition
   counts and their check against the declarations;
@@ -12,13 +12,13 @@ of yielded values, dead letters and introspection; the parts live beside it:
   closing them on a rebalance;
 * ``commits.py``: the commit protocol (snapshot positions, flush the producer, commit; the
   failure rule);
-* ``tasks.py``: one agent over one partition number, and its supervisor.
+* ``tasks.py``: one agent over one partition number, and its supervisor;
+* ``outputs.py``: where yielded values go (the sinks).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 import time
@@ -32,13 +32,13 @@ from streamkit.agents import Agent
 from streamkit.app import App
 from streamkit.runtime.assignment import Assignment
 from streamkit.runtime.commits import Committer
-from streamkit.runtime.inbox import Inbox, current_event
+from streamkit.runtime.inbox import Inbox
+from streamkit.runtime.outputs import Forward, forwarder
 from streamkit.runtime.sender import RuntimeSender
 from streamkit.runtime.state import StateManager
 from streamkit.runtime.tasks import PartitionTask
 from streamkit.runtime.timers import TimerRunner
 from streamkit.runtime.topology import Topology
-from streamkit.streams import Event
 from streamkit.topics import Topic
 from streamkit.transport.base import (
     Consumer,
@@ -52,11 +52,6 @@ from streamkit.transport.placement import GroupInfo, MemberInfo
 
 logger = logging.getLogger(__name__)
 FETCH_MAX_RECORDS = 10_000
-
-
-async def _wait_all(waits: list[Awaitable[None]]) -> None:
-    for wait in waits:
-        await wait
 
 
 @dataclass
@@ -300,59 +295,9 @@ class Worker:
 
     # -- outputs ---------------------------------------------------------------------------
 
-    def forwarder(self, agent: Agent) -> Callable[[Any], Awaitable[None] | None]:
-        """What sends each value ``agent`` yields to its sinks, with the current event's key
-        and timestamp. It returns ``None`` when that is done without waiting (the usual case:
-        every sink a topic), else an awaitable the caller must await before going on."""
-        sinks = self.topology.topic_sinks.get(agent.name)
-        sender = self._sender
-        app = self.app
-        if sinks is None or sender is None:
-            return functools.partial(self.forward, agent)
-        send = sender.send_nowait
-        get_event = current_event.get
-        # A yielded value of another type than a sink declares is refused like a send's: the
-        # record being processed fails (dead letter), with the sink's name in the error.
-        checks = [check for sink in sinks if (check := sink.value_check) is not None]
-        if len(sinks) == 1:
-            sink = sinks[0]
-            check = checks[0] if checks else None
-
-            def forward_one(value: Any) -> Awaitable[None] | None:
-                event = get_event()
-                if event is None or app.sender is None:
-                    return self._forward(agent, value, event)
-                if check is not None:
-                    check(value)
-                return send(sink, event.key, value, event.timestamp)
-
-            return forward_one
-
-        def forward(value: Any) -> Awaitable[None] | None:
-            event = get_event()
-            if event is None or app.sender is None:
-                return self._forward(agent, value, event)
-            for check in checks:
-                check(value)
-            waits = [w for sink in sinks if (w := send(sink, event.key, value, event.timestamp)) is not None]
-            return _wait_all(waits) if waits else None
-
-        return forward
-
-    def forward(self, agent: Agent, value: Any) -> Awaitable[None]:
-        """Send one value ``agent`` yielded to its sinks (see ``forwarder``)."""
-        return self._forward(agent, value, current_event.get())
-
-    async def _forward(self, agent: Agent, value: Any, event: Event | None) -> None:
-        key = event.key if event is not None else None
-        timestamp = event.timestamp if event is not None else None
-        for sink in agent.sinks:
-            if isinstance(sink, (Topic, Agent)):
-                await sink.send(key=key, value=value, timestamp=timestamp)
-            else:
-                result = sink(value)
-                if asyncio.iscoroutine(result):
-                    await result
+    def forwarder(self, agent: Agent) -> Forward:
+        """What sends each value ``agent`` yields to its sinks (``outputs.py``)."""
+        return forwarder(self.app, agent, self.topology.topic_sinks.get(agent.name), self._sender)
 
     async def dead_letter(
         self, agent: Agent, tp: TopicPartition, record: ConsumerRecord, error: BaseException
