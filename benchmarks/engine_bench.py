@@ -59,7 +59,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -166,7 +166,8 @@ class Progress:
 
 
 async def poll_until_done(
-    progress: Progress, count: Callable[[], Awaitable[int]], failed: Callable[[], str | None]
+    progress: Progress, count: Callable[[], Awaitable[int]], failed: Callable[[], str | None],
+    poll_s: float = POLL_S,
 ) -> None:
     deadline = time.perf_counter() + RUN_TIMEOUT_S
     while progress.done_at is None:
@@ -181,7 +182,7 @@ async def poll_until_done(
             raise RuntimeError(reason)
         if time.perf_counter() > deadline:
             raise TimeoutError(f"only {progress.count} of {progress.want} outputs after {RUN_TIMEOUT_S:.0f} s")
-        await asyncio.sleep(POLL_S)
+        await asyncio.sleep(poll_s)
 
 
 def proc_cpu_s(pid: int) -> float:
@@ -276,13 +277,19 @@ def _first_line(proc: subprocess.Popen[str], timeout_s: float) -> str | None:
 # -- loading and polling ---------------------------------------------------------------------
 
 
-def batches_by_partition(n: int) -> Iterator[tuple[int, list[NewRecord]]]:
+RecordOf = Callable[[int], bytes]  # record number -> its key (or its value)
+
+
+def batches_by_partition(
+    n: int, keys: RecordOf = key_of, values: RecordOf = value_of
+) -> Iterator[tuple[int, list[NewRecord]]]:
+    """Records 0..n-1 placed by key as a producer places them, in batches per partition."""
     now_ms = int(time.time() * 1000)
     pending: list[list[NewRecord]] = [[] for _ in range(PARTITIONS)]
     for i in range(n):
-        key = key_of(i)
+        key = keys(i)
         p = partition_for_key(key, PARTITIONS)
-        pending[p].append(NewRecord(key, value_of(i), now_ms))
+        pending[p].append(NewRecord(key, values(i), now_ms))
         if len(pending[p]) >= LOAD_BATCH:
             yield p, pending[p]
             pending[p] = []
@@ -291,18 +298,24 @@ def batches_by_partition(n: int) -> Iterator[tuple[int, list[NewRecord]]]:
             yield p, records
 
 
-def load_embedded(data_dir: Path, topic: str, n: int) -> None:
+def load_embedded(
+    data_dir: Path, topic: str, n: int, keys: RecordOf = key_of, values: RecordOf = value_of,
+    config: Mapping[str, str] | None = None,
+) -> None:
     with LogManager(str(data_dir), background=False) as log:
-        log.create_topic(topic, PARTITIONS)
-        for p, records in batches_by_partition(n):
+        log.create_topic(topic, PARTITIONS, config)
+        for p, records in batches_by_partition(n, keys, values):
             log.partition(topic, p).append(build_batch(records), verify_crc=False)
 
 
-async def create_topics(bootstrap: str, names: list[str]) -> None:
+async def create_topics(
+    bootstrap: str, names: list[str], config: Mapping[str, str] | None = None
+) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(name, PARTITIONS, 1) for name in names])
+        configs = dict(config or {})
+        await admin.create_topics([NewTopic(name, PARTITIONS, 1, topic_configs=configs) for name in names])
     finally:
         await admin.close()
 
@@ -319,13 +332,16 @@ async def delete_topic(bootstrap: str, name: str) -> None:
         await admin.close()
 
 
-async def load_broker(bootstrap: str, topic: str, n: int) -> None:
-    await create_topics(bootstrap, [topic])
+async def load_broker(
+    bootstrap: str, topic: str, n: int, keys: RecordOf = key_of, values: RecordOf = value_of,
+    config: Mapping[str, str] | None = None,
+) -> None:
+    await create_topics(bootstrap, [topic], config)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_batch_size=1024 * 1024)
     await producer.start()
     try:
         futures = []
-        for p, records in batches_by_partition(n):
+        for p, records in batches_by_partition(n, keys, values):
             batch = producer.create_batch()
             for record in records:
                 if batch.append(key=record.key, value=record.value, timestamp=record.timestamp) is None:
@@ -577,7 +593,9 @@ def faust_python(explicit: str | None) -> Path:
 # -- main ------------------------------------------------------------------------------------
 
 
-def profiled(enabled: bool, name: str, out_dir: Path, top: int) -> contextlib.AbstractContextManager[None]:
+def profiled(
+    enabled: bool, name: str, out_dir: Path, top: int, prefix: str = "engine"
+) -> contextlib.AbstractContextManager[None]:
     @contextlib.contextmanager
     def manager() -> Iterator[None]:
         if not enabled:
@@ -590,7 +608,7 @@ def profiled(enabled: bool, name: str, out_dir: Path, top: int) -> contextlib.Ab
         finally:
             profile.disable()
             out_dir.mkdir(parents=True, exist_ok=True)
-            path = out_dir / f"engine-{name}.pstats"
+            path = out_dir / f"{prefix}-{name}.pstats"
             profile.dump_stats(str(path))
             text = io.StringIO()
             stats = pstats.Stats(profile, stream=text).strip_dirs()

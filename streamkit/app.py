@@ -15,7 +15,7 @@ from streamkit._core.errors import ConfigError
 from streamkit.agents import Agent, AgentFn, Sink
 from streamkit.conf import Settings
 from streamkit.dsl import KStream, KTable, Pipeline, Source, compile_pipeline, table_stream
-from streamkit.tables.table import Table
+from streamkit.tables.table import SetTable, Table
 from streamkit.topics import Sender, Topic, to_ms
 
 _Table = Table  # the class, as annotations inside App (where ``Table`` is a method) name it
@@ -114,6 +114,15 @@ class App:
         if name in self.tables:
             raise ConfigError(f"a table named {name!r} is already declared")
         table = Table(self, name, **options)
+        self.tables[name] = table
+        return table
+
+    def SetTable(self, name: str, **options: Any) -> _Table:  # Faust spells it with a capital
+        """Declare a table of sets: ``table[k].add(v)`` and the other in-place set operations
+        are written back like assignments (``streamkit.tables.table.SetTable``)."""
+        if name in self.tables:
+            raise ConfigError(f"a table named {name!r} is already declared")
+        table = SetTable(self, name, **options)
         self.tables[name] = table
         return table
 

@@ -209,8 +209,9 @@ def _table() -> dict[str, Setting]:
     honoured("processing_guarantee", "at_least_once", _guarantee,
              "at_least_once, what the worker gives; exactly_once is refused until the worker offers it")
     # accepted, no effect here
-    accepted("store", "memory://", _store,
-             "checked (memory:// or rocksdb://); tables are not offered yet, so nothing uses it")
+    honoured("store", "memory://", _store,
+             "the store of tables declared without store= (memory:// or rocksdb://); when the app "
+             "does not set it, tables use rocksdb:// (Faust's default is memory://)")
     accepted("autodiscover", False, _any, "streamkit imports the app module named by -A; no scanning")
     accepted("origin", None, _optional(_str), "Faust's app module path for its CLI; `streamkit worker -A module:app` names it")
     accepted("datadir", Path("{conf.name}-data"), _path, "the embedded log's directory is the broker's file://DIR")

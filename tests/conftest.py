@@ -52,3 +52,15 @@ def open_log(data_dir: Path, clock: ManualClock) -> Iterator[OpenLog]:
 @pytest.fixture
 def tmp_log(open_log: OpenLog) -> LogManager:
     return open_log()
+
+
+@pytest.fixture(autouse=True)
+def _no_current_event() -> Iterator[None]:
+    """Each test starts outside any event: a test that drives a source by hand (outside an
+    agent's task) would otherwise leave its last event as the current one for the next test,
+    and tables would take that test's code for an agent's."""
+    from streamkit._core.context import current_event
+
+    token = current_event.set(None)
+    yield
+    current_event.reset(token)

@@ -54,7 +54,7 @@ class Table:
         key_serializer: str | Serde | None = None,
         value_serializer: str | Serde | None = None,
         partitions: int | None = None,
-        store: str = "rocksdb",
+        store: str | None = None,
         standby_replicas: int = 0,
         help: str = "",
         is_global: bool = False,
@@ -63,6 +63,11 @@ class Table:
             raise ConfigError(f"table {name!r}: default must be callable (like int or list), not {default!r}")
         if partitions is not None and partitions < 1:
             raise ConfigError(f"table {name!r} needs at least one partition")
+        if store is None:
+            # The app's ``store`` setting (Faust's), when one was given; else RocksDB.
+            conf = getattr(app, "conf", None)
+            given = conf is not None and "store" in getattr(conf, "_given", ())
+            store = str(getattr(conf, "store", "")).split("://", 1)[0] if given else "rocksdb"
         kind = STORES.get(store)
         if kind is None:
             raise ConfigError(f"table {name!r}: store must be 'rocksdb' or 'memory', not {store!r}")
@@ -286,3 +291,125 @@ class Table:
             state = self._partitions.get(event.partition)
             return [state] if state is not None else []
         return [self._partitions[p] for p in sorted(self._partitions)]
+
+    def as_ansitable(self, *, title: str | None = None, key: str = "Key", value: str = "Value", sort: bool = False) -> str:
+        """The keys and values held here as a text table (Faust's ``as_ansitable``)."""
+        rows = [(repr(k), repr(v)) for k, v in self.items()]
+        if sort:
+            rows.sort()
+        header = (key, value)
+        widths = [max([len(header[i]), *(len(r[i]) for r in rows)]) for i in range(2)]
+        rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+
+        def line(cells: tuple[str, str]) -> str:
+            return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+        out = [rule, line(header), rule, *(line(r) for r in rows), rule]
+        if title:
+            out.insert(0, title)
+        return "\n".join(out)
+
+
+class SetTable(Table):
+    """A table of sets (Faust's ``SetTable``): ``table[k].add(v)``, ``.discard(v)``, ``|=`` ...
+    change the set in place and are written like any other change.
+
+    >>> import streamkit as sk
+    >>> app = sk.App("docs-sets")
+    >>> tags = app.SetTable("tags")
+    >>> tags.default is set
+    True
+    """
+
+    def __init__(self, app: Any, name: str, **options: Any) -> None:
+        options.setdefault("default", set)
+        options.setdefault("value_type", set)  # JSON arrays on the wire, sets here
+        super().__init__(app, name, **options)
+
+    def __getitem__(self, key: Any) -> Any:
+        state, found = self._read_target(key)
+        if state is None:
+            raise PartitionNotHeldError(f"table {self.name!r}: the partition of {key!r} is not held here")
+        if isinstance(found, TrackedSet):
+            return found
+        tracked = TrackedSet(() if found is MISSING else found)
+        tracked.bind(self, key)
+        return tracked
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        tracked = value if isinstance(value, TrackedSet) else TrackedSet(value)
+        tracked.bind(self, key)
+        state, timestamp = self._write_target(key)
+        state.set(key, tracked, timestamp)
+
+
+class TrackedSet(set[Any]):
+    """A set that writes itself back to its table when changed in place."""
+
+    _table: SetTable | None = None
+    _key: Any = None
+
+    def __repr__(self) -> str:
+        return repr(set(self)) if self else "set()"
+
+    def bind(self, table: SetTable, key: Any) -> None:
+        self._table = table
+        self._key = key
+
+    def _changed(self) -> None:
+        if self._table is not None:
+            state, timestamp = self._table._write_target(self._key)
+            state.set(self._key, self, timestamp)
+
+    def add(self, element: Any) -> None:
+        super().add(element)
+        self._changed()
+
+    def discard(self, element: Any) -> None:
+        super().discard(element)
+        self._changed()
+
+    def remove(self, element: Any) -> None:
+        super().remove(element)
+        self._changed()
+
+    def pop(self) -> Any:
+        element = super().pop()
+        self._changed()
+        return element
+
+    def clear(self) -> None:
+        super().clear()
+        self._changed()
+
+    def update(self, *others: Any) -> None:
+        super().update(*others)
+        self._changed()
+
+    def difference_update(self, *others: Any) -> None:
+        super().difference_update(*others)
+        self._changed()
+
+    def intersection_update(self, *others: Any) -> None:
+        super().intersection_update(*others)
+        self._changed()
+
+    def symmetric_difference_update(self, other: Any) -> None:
+        super().symmetric_difference_update(other)
+        self._changed()
+
+    def __ior__(self, other: Any) -> TrackedSet:  # type: ignore[misc]
+        self.update(other)
+        return self
+
+    def __isub__(self, other: Any) -> TrackedSet:  # type: ignore[misc]
+        self.difference_update(other)
+        return self
+
+    def __iand__(self, other: Any) -> TrackedSet:  # type: ignore[misc]
+        self.intersection_update(other)
+        return self
+
+    def __ixor__(self, other: Any) -> TrackedSet:  # type: ignore[misc]
+        self.symmetric_difference_update(other)
+        return self

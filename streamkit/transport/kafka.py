@@ -140,10 +140,9 @@ class KafkaReader:
         return await self._tools.offsets(tp.topic, tp.partition)
 
     async def read(self, tp: TopicPartition, offset: int, max_records: int) -> ReadChunk:
-        result = await self._tools.fetch(tp.topic, tp.partition, offset, READ_MAX_BYTES)
-        records = result.records[:max_records]
-        next_offset = records[-1].offset + 1 if len(records) < len(result.records) else result.next_offset
-        return ReadChunk(records, next_offset, result.high_watermark)
+        # The consumer keeps what it fetched beyond max_records for the next read from there.
+        result = await self._tools.fetch(tp.topic, tp.partition, offset, READ_MAX_BYTES, max_records=max_records)
+        return ReadChunk(result.records, result.next_offset, result.high_watermark)
 
     async def aclose(self) -> None:
         await self._tools.aclose()

@@ -361,9 +361,11 @@ class KafkaTools:
     # -- fetch ---------------------------------------------------------------------------
 
     async def fetch(
-        self, topic: str, partition: int, offset: int, max_bytes: int, *, timeout_ms: int | None = None
+        self, topic: str, partition: int, offset: int, max_bytes: int, *, timeout_ms: int | None = None,
+        max_records: int | None = None,
     ) -> FetchResult:
-        """Records of ``topic``-``partition`` from ``offset`` on.
+        """Records of ``topic``-``partition`` from ``offset`` on (at most ``max_records``: the
+        consumer keeps the rest of what it fetched for the next call from where this one ends).
 
         Returns as soon as records arrive, or with none once a fetch made from ``offset``
         shows the partition has nothing more (``next_offset`` reached the high watermark).
@@ -381,7 +383,7 @@ class KafkaTools:
         while True:
             try:
                 async with _errors(where):
-                    got = await consumer.getmany(tp, timeout_ms=_POLL_MS)
+                    got = await consumer.getmany(tp, timeout_ms=_POLL_MS, max_records=max_records)
                     position = int(await consumer.position(tp))
             except TransportError as exc:
                 if isinstance(exc.__cause__, KafkaOffsetOutOfRange):

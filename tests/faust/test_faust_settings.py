@@ -52,8 +52,7 @@ def test_a_faust_app_constructor_loads() -> None:
     )
     assert conf.table_cleanup_interval == 10.0 and conf.web_port == 6067
     assert conf.ineffective() == [
-        "autodiscover", "origin", "reply_create_topic", "store", "stream_buffer_maxsize", "table_cleanup_interval",
-        "web_port",
+        "autodiscover", "origin", "reply_create_topic", "stream_buffer_maxsize", "table_cleanup_interval", "web_port",
     ]
     # honoured: version makes Faust's versioned id, used for the group and internal topics
     assert (conf.name, conf.id, app.id, app.dlq_topic.name) == ("shop", "shop-v2", "shop-v2", "shop-v2-dlq")
@@ -61,6 +60,10 @@ def test_a_faust_app_constructor_loads() -> None:
     assert app.topic_partitions == 4
     conf.web_port = 7000
     assert app.conf.web_port == 7000
+    # honoured: the store of tables declared without store=
+    assert app.Table("counts").store_kind == "rocksdb"
+    assert faust.App("plain").Table("counts").store_kind == "rocksdb"
+    assert faust.App("mem", store="memory://").Table("counts").store_kind == "memory"
 
 
 def test_honoured_settings_reach_what_the_worker_reads() -> None:

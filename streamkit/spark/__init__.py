@@ -1,0 +1,18 @@
+"""Spark over the log: a PySpark data source named ``streamkit`` (the ``streamkit[spark]`` extra).
+
+The only package that imports ``pyspark`` and ``pyarrow``; ``import streamkit`` never imports
+it. ``register(spark)`` makes the format known to a session::
+
+    from streamkit.spark import register
+    register(spark)
+    df = spark.read.format("streamkit").option("path", "data").option("topic", "orders").load()
+
+``source`` holds the data source (batch reads, streaming reads, appends), ``options`` the
+options and the offset plan, ``logs`` the two ways to a log (segment files or a broker),
+``arrow`` the record/Arrow conversion and ``values`` typed value columns. docs/spark.md is
+the user's guide.
+"""
+
+from streamkit.spark.source import FORMAT, StreamkitDataSource, register
+
+__all__ = ["FORMAT", "StreamkitDataSource", "register"]

@@ -1,0 +1,220 @@
+"""Where the data source's records come from and go to: segment files or a broker.
+
+Plain code, no Spark. ``open_source_log`` picks one of two ``SourceLog``s from the options:
+
+* ``FileLog`` (``path``): reads a data directory's segment files through ``log.reader``,
+  read-only and without its lock, so it works while a worker or broker owns the directory.
+  Appends (the writer's driver-side commit) go through the directory's owner when one serves
+  it (``DIR/.owner``), else through a ``LogManager`` this process opens, and locks, for the
+  length of the commit;
+* ``BrokerLog`` (``bootstrap``): the Kafka wire protocol to ``streamkit broker``, a worker's
+  loopback port, or a Kafka cluster, through ``transport.kafka_tools``.
+
+Offsets follow Kafka: ranges are ``[start, end)``, an end offset is the next offset to be
+written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from streamkit._core.errors import ConfigError
+from streamkit.log.compression import CODEC_IDS
+from streamkit.log.errors import DataDirLockedError, OffsetOutOfRangeError
+from streamkit.log.manager import LogManager, owner_address
+from streamkit.log.reader import (
+    offset_for_timestamp,
+    partition_bounds,
+    read_batches,
+    topic_partition_count,
+)
+from streamkit.log.records import NewRecord, Record, decode_records
+from streamkit.transport.kafka_tools import FetchOutOfRangeError, KafkaTools, TopicNotFoundError
+
+# A fetch asks for this much at a time over the wire.
+_FETCH_BYTES = 4 * 1024 * 1024
+# Records per appended batch: well under the default max.message.bytes for small records.
+_APPEND_BATCH_BYTES = 512 * 1024
+
+
+class SourceLog(Protocol):
+    """What the data source needs from a log."""
+
+    topic: str
+
+    def partition_count(self) -> int: ...
+
+    def bounds(self, partition: int) -> tuple[int, int]:
+        """(log start offset, end offset) of ``partition`` now."""
+        ...
+
+    def offset_for_timestamp(self, partition: int, timestamp: int) -> int | None:
+        """The first offset whose timestamp is >= ``timestamp``; None when there is none."""
+        ...
+
+    def read(self, partition: int, start: int, end: int) -> Iterator[tuple[bool, list[Record]]]:
+        """Chunks of the records in ``[start, end)``: (log append time?, records)."""
+        ...
+
+    def append(self, partition: int, records: Sequence[NewRecord], compression: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class FileLog:
+    """A topic of a data directory, read from its segment files."""
+
+    def __init__(self, data_dir: str, topic: str) -> None:
+        self.data_dir = Path(data_dir)
+        self.topic = topic
+
+    def partition_count(self) -> int:
+        return topic_partition_count(self.data_dir, self.topic)
+
+    def bounds(self, partition: int) -> tuple[int, int]:
+        return partition_bounds(self.data_dir, self.topic, partition)
+
+    def offset_for_timestamp(self, partition: int, timestamp: int) -> int | None:
+        return offset_for_timestamp(self.data_dir, self.topic, partition, timestamp)
+
+    def read(self, partition: int, start: int, end: int) -> Iterator[tuple[bool, list[Record]]]:
+        for header, data in read_batches(self.data_dir, self.topic, partition, start, end):
+            records = decode_records(header, data)  # the CRC was checked by read_batches
+            if header.base_offset < start or header.last_offset >= end:
+                records = [r for r in records if start <= r.offset < end]
+            yield header.log_append_time, records
+
+    def append(self, partition: int, records: Sequence[NewRecord], compression: str) -> None:
+        codec = CODEC_IDS.get(compression)
+        if codec is None:
+            raise ConfigError(f"unknown compression {compression!r}")
+        owner = owner_address(self.data_dir)
+        if owner is not None:
+            host, port = owner
+            broker = BrokerLog(f"[{host}]:{port}" if ":" in host else f"{host}:{port}", self.topic)
+            try:
+                broker.append(partition, records, compression)
+            finally:
+                broker.close()
+            return
+        manager = LogManager(self.data_dir, background=False)
+        try:
+            manager.open()
+        except DataDirLockedError as exc:
+            raise DataDirLockedError(
+                f"{exc}; the process that holds {self.data_dir} serves no wire port to write "
+                "through: stop it, or write with option('bootstrap', ...)"
+            ) from exc
+        try:
+            part = manager.partition(self.topic, partition)
+            for chunk in _chunks(records):
+                part.append_records(chunk, compression_codec=codec)
+            part.flush()
+        finally:
+            manager.close()
+
+    def close(self) -> None:
+        return None
+
+
+class BrokerLog:
+    """A topic reached over the Kafka wire protocol. Its connections live on a private
+    event loop from the first call to ``close``."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self._tools = KafkaTools(bootstrap)
+        self._runner: asyncio.Runner | None = None
+
+    def _run(self, work: Any) -> Any:
+        if self._runner is None:
+            logger = logging.getLogger("aiokafka")
+            if not logger.handlers:
+                logger.addHandler(logging.NullHandler())
+            self._runner = asyncio.Runner()
+        return self._runner.run(work)
+
+    def _describe(self) -> Any:
+        try:
+            return self._run(self._tools.describe_topic(self.topic))
+        except TopicNotFoundError as exc:
+            raise ConfigError(f"no topic {self.topic!r} at {self.bootstrap}") from exc
+
+    def partition_count(self) -> int:
+        return len(self._describe().partitions)
+
+    def bounds(self, partition: int) -> tuple[int, int]:
+        for p in self._describe().partitions:
+            if p.partition == partition:
+                return int(p.log_start_offset), int(p.high_watermark)
+        raise ConfigError(f"topic {self.topic!r} has no partition {partition}")
+
+    def offset_for_timestamp(self, partition: int, timestamp: int) -> int | None:
+        # The wire tools have no ListOffsets-by-time: scan (correct, not fast).
+        start, end = self.bounds(partition)
+        for _lat, records in self.read(partition, start, end):
+            for r in records:
+                if r.timestamp >= timestamp:
+                    return r.offset
+        return None
+
+    def read(self, partition: int, start: int, end: int) -> Iterator[tuple[bool, list[Record]]]:
+        offset = start
+        while offset < end:
+            try:
+                got = self._run(self._tools.fetch(self.topic, partition, offset, _FETCH_BYTES))
+            except FetchOutOfRangeError as exc:
+                raise OffsetOutOfRangeError(offset, exc.log_start_offset, exc.high_watermark) from exc
+            records = [
+                Record(r.offset, r.timestamp, r.key, r.value, r.headers)
+                for r in got.records
+                if start <= r.offset < end
+            ]
+            if records:
+                # The wire tools do not pass on a batch's timestamp type: CreateTime.
+                yield False, records
+            if got.next_offset <= offset:
+                break  # nothing more below the high watermark
+            offset = got.next_offset
+
+    def append(self, partition: int, records: Sequence[NewRecord], compression: str) -> None:
+        for chunk in _chunks(records):
+            self._run(self._tools.produce(self.topic, partition, chunk, compression=compression))
+
+    def close(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is None:
+            return
+        try:
+            runner.run(self._tools.aclose())
+        finally:
+            runner.close()
+
+
+def _chunks(records: Sequence[NewRecord]) -> Iterator[Sequence[NewRecord]]:
+    """``records`` cut into runs of about ``_APPEND_BATCH_BYTES``, one batch each."""
+    begin = 0
+    size = 0
+    for i, r in enumerate(records):
+        size += 32 + len(r.key or b"") + len(r.value or b"") + sum(
+            len(k) + len(v or b"") + 8 for k, v in r.headers
+        )
+        if size >= _APPEND_BATCH_BYTES and i + 1 > begin:
+            yield records[begin : i + 1]
+            begin, size = i + 1, 0
+    if begin < len(records):
+        yield records[begin:]
+
+
+def open_source_log(path: str | None, bootstrap: str | None, topic: str) -> SourceLog:
+    """The log the options name: ``bootstrap`` wins over ``path``."""
+    if bootstrap:
+        return BrokerLog(bootstrap, topic)
+    if path:
+        return FileLog(path, topic)
+    raise ConfigError("the streamkit data source needs option('path', DATA_DIR) or option('bootstrap', 'host:port')")

@@ -1,0 +1,136 @@
+"""Fixtures of the Spark tests: ONE local SparkSession for the whole test session.
+
+``spark`` is session-scoped (starting a JVM takes seconds): ``local[2]``, two shuffle
+partitions, no UI, and Python workers that run this interpreter (the venv with streamkit).
+At the end the session stops and its JVM process is shut down and waited for, so no JVM
+outlives the tests. The tests are skipped only when the ``spark`` extra is not installed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark", reason="the spark extra is not installed: pip install -e '.[spark]'")
+
+from streamkit.log.manager import LogManager
+from streamkit.log.records import NewRecord, Record
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    from streamkit.spark import register
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("streamkit-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        .config("spark.pyspark.python", sys.executable)
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    yield session
+    session.stop()
+    gateway = SparkContext._gateway
+    if gateway is not None:
+        proc = getattr(gateway, "proc", None)
+        gateway.shutdown()
+        if proc is not None:
+            proc.stdin.close()  # the JVM exits when its stdin closes
+            try:
+                proc.wait(timeout=30)
+            except Exception:
+                proc.kill()
+                proc.wait(timeout=30)
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+
+
+def make_topic(
+    data_dir: Path,
+    topic: str,
+    partitions: int,
+    records_per_partition: int,
+    *,
+    config: dict[str, str] | None = None,
+    batch: int = 7,
+    codec: int = 0,
+    ts0: int = 1_700_000_000_000,
+) -> None:
+    """A topic whose records say where they are: key ``k<p>-<i>`` (every third one null),
+    value ``v<p>-<i>`` (every fifth one null), headers on every other record, timestamps
+    ``ts0 + i * 10``, appended in batches of ``batch``."""
+    with LogManager(data_dir, background=False) as log:
+        log.create_topic(topic, partitions, config or {})
+        for p in range(partitions):
+            part = log.partition(topic, p)
+            pending: list[NewRecord] = []
+            for i in range(records_per_partition):
+                key = None if i % 3 == 2 else f"k{p}-{i}".encode()
+                value = None if i % 5 == 4 else f"v{p}-{i}".encode() * (1 + i % 4)
+                headers = [("n", str(i).encode()), ("empty", None)] if i % 2 else []
+                pending.append(NewRecord(key, value, ts0 + i * 10, headers))
+                if len(pending) == batch:
+                    part.append_records(pending, compression_codec=codec)
+                    pending = []
+            if pending:
+                part.append_records(pending, compression_codec=codec)
+
+
+def log_records(data_dir: Path, topic: str) -> dict[int, list[Record]]:
+    """Every record of every partition, read through the log itself (the truth)."""
+    from streamkit.log.records import decode_batches
+
+    out: dict[int, list[Record]] = {}
+    with LogManager(data_dir, background=False) as log:
+        for part in log.partitions(topic):
+            offset = part.log_start_offset
+            records: list[Record] = []
+            while offset < part.high_watermark:
+                data = part.read(offset, 1 << 20)
+                if not data:
+                    break
+                for header, batch in decode_batches(data):
+                    records.extend(r for r in batch if r.offset >= offset)
+                    offset = header.next_offset
+            out[part.tp.partition] = records
+    return out
+
+
+def as_tuples(rows: list[Any]) -> list[tuple[Any, ...]]:
+    """Rows of the Kafka schema as comparable tuples, in (partition, offset) order."""
+    out = [
+        (
+            r.partition,
+            r.offset,
+            None if r.key is None else bytes(r.key),
+            None if r.value is None else bytes(r.value),
+            [(h.key, None if h.value is None else bytes(h.value)) for h in r.headers],
+        )
+        for r in rows
+    ]
+    return sorted(out, key=lambda t: (t[0], t[1]))
+
+
+def expected_tuples(records: dict[int, list[Record]]) -> list[tuple[Any, ...]]:
+    return [
+        (p, r.offset, r.key, r.value, [(k, v) for k, v in r.headers])
+        for p in sorted(records)
+        for r in records[p]
+    ]
