@@ -85,6 +85,11 @@ class App:
     def topic_partitions(self) -> int:
         return int(self.conf.topic_partitions)
 
+    @property
+    def max_agent_failures(self) -> int:
+        """An agent failing this many times in a row without processing a record stops the worker."""
+        return int(self.conf.max_agent_failures)
+
     def __repr__(self) -> str:
         return f"<App {self.id!r} broker={self.broker!r}>"
 

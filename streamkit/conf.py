@@ -203,6 +203,9 @@ def _table() -> dict[str, Setting]:
              "seconds between offset commits (also spelled commit_interval; Faust's default is 2.8)")
     honoured("on_error", "dlq", _one_of(*ERROR_POLICIES),
              "streamkit's own: a failing record goes to the {id}-dlq topic, or stops the worker")
+    honoured("max_agent_failures", 10, _positive,
+             "streamkit's own: an agent failing this many times in a row without processing a "
+             "record stops the worker (it backs off from 0.1 s, doubling to 30 s, in between)")
     honoured("processing_guarantee", "at_least_once", _guarantee,
              "at_least_once, what the worker gives; exactly_once is refused until the worker offers it")
     # accepted, no effect here

@@ -12,13 +12,13 @@ acknowledged. A crash in between re-delivers the record: at-least-once.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from types import GenericAlias
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
+from streamkit._core.clock import Clock
 from streamkit._core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -54,10 +54,17 @@ KeyFn = Callable[[Any], Any]
 
 
 class Source(Protocol):
-    """The root of a chain; implemented by the runtime (or a probe while discovering)."""
+    """The root of a chain; implemented by the runtime (or a probe while discovering).
+
+    ``clock`` is the worker's: timeouts (``take``'s ``within``, ``get``'s ``timeout``) follow
+    it, so a manual clock (``streamkit.testing``) drives them.
+    """
+
+    clock: Clock
 
     async def get(self, timeout: float | None) -> Event | None:
-        """The next event; ``None`` when ``timeout`` passes first. Raises ``StreamEnd``."""
+        """The next event; ``None`` when ``timeout`` seconds pass first on ``clock``.
+        Raises ``StreamEnd``."""
         ...
 
     def get_nowait(self) -> Event | None:
@@ -152,10 +159,12 @@ class Stream:
         return _Projected(self, number)
 
     async def take(self, max_: int, within: float) -> AsyncIterator[list[Any]]:
-        """Lists of up to ``max_`` values, each list cut after ``within`` seconds at most."""
+        """Lists of up to ``max_`` values, each list cut ``within`` seconds after its first
+        value at most (on the worker's clock)."""
         if max_ < 1 or within <= 0:
             raise ConfigError("take needs max_ >= 1 and within > 0 seconds")
-        loop = asyncio.get_running_loop()
+        clock = self._source.clock
+        within_ms = max(1, int(within * 1000))
         while True:
             self._source.ack()
             try:
@@ -164,13 +173,13 @@ class Stream:
                 return
             assert first is not None
             batch = [first.value]
-            deadline = loop.time() + within
+            deadline_ms = clock.monotonic_ms() + within_ms
             while len(batch) < max_:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
+                remaining_ms = deadline_ms - clock.monotonic_ms()
+                if remaining_ms <= 0:
                     break
                 try:
-                    event = await self._get(remaining)
+                    event = await self._get(remaining_ms / 1000)
                 except StreamEnd:
                     yield batch
                     return
@@ -220,11 +229,12 @@ class Stream:
         is_async = inspect.iscoroutinefunction(fn)
         release = self._source.release
 
+        clock = self._source.clock
+
         async def get(timeout: float | None) -> Event | None:
-            loop = asyncio.get_running_loop()
-            deadline = None if timeout is None else loop.time() + timeout
+            deadline_ms = None if timeout is None else clock.monotonic_ms() + int(timeout * 1000)
             while True:
-                left = None if deadline is None else max(0.0, deadline - loop.time())
+                left = None if deadline_ms is None else max(0, deadline_ms - clock.monotonic_ms()) / 1000
                 event = await up(left)
                 if event is None:
                     return None

@@ -2,18 +2,21 @@
 
 A ``Topic`` is a declaration the app holds; it does no I/O until the app runs. Sending
 through it (``await topic.send(...)``) goes to the running worker's producer, the ``Sender``
-the runtime installs on the app.
+the runtime installs on the app. A send checks the key and value against the declared
+``key_type``/``value_type`` first (``None`` always passes: no key, or a tombstone), so a
+value of the wrong type is refused with the topic's name instead of being written in a shape
+its readers cannot decode.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import GenericAlias
 from typing import TYPE_CHECKING, Any, Protocol
 
 from streamkit._core.errors import ConfigError, StreamkitError
-from streamkit._core.serde import Serde, serde_for
+from streamkit._core.serde import Serde, SerdeError, serde_for
 
 if TYPE_CHECKING:
     from streamkit.app import App
@@ -75,6 +78,33 @@ def timestamp_ms(value: int | float | datetime | None) -> int | None:
     raise ConfigError(f"timestamp must be integer milliseconds or a datetime, not {value!r}")
 
 
+def _type_check(type_: Any, serde: Serde) -> Callable[[Any], bool] | None:
+    """What a value must satisfy to be sent where ``type_`` is declared (None: anything)."""
+    if type_ is None or type_ is Any:
+        return None
+    if type_ is bool:
+        return lambda v: isinstance(v, bool)
+    if type_ is int:
+        return lambda v: isinstance(v, int) and not isinstance(v, bool)
+    if type_ is float:  # as the JSON and MessagePack decoders: an int is a valid float
+        return lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+    if type_ is bytes:
+        return lambda v: isinstance(v, (bytes, bytearray, memoryview))
+    if type_ is str and getattr(serde, "name", None) == "str":
+        return lambda v: isinstance(v, (str, bytes))  # bytes: the encoded string, as it stores them
+    if isinstance(type_, type):
+        return lambda v: isinstance(v, type_)
+
+    def round_trips(value: Any) -> bool:  # list[int], a Union...: the typed decoder decides
+        try:
+            serde.loads(serde.dumps(value))
+        except SerdeError:
+            return False
+        return True
+
+    return round_trips
+
+
 class Topic:
     """A topic declared by an app.
 
@@ -115,6 +145,10 @@ class Topic:
         # (key_serializer="raw", value_serializer="json" unless the app says otherwise).
         self.key_serde = serde_for(key_serializer, key_type, default=app.conf.key_serializer)
         self.value_serde = serde_for(value_serializer, value_type, default=app.conf.value_serializer)
+        self._key_ok = _type_check(key_type, self.key_serde)
+        self._value_ok = _type_check(value_type, self.value_serde)
+        # The engine's per-record paths check values with this (None: nothing declared).
+        self.value_check: Callable[[Any], None] | None = None if self._value_ok is None else self._check_value
         self.partitions = partitions
         self.internal = internal
         cfg = dict(config or {})
@@ -127,6 +161,31 @@ class Topic:
 
     def __repr__(self) -> str:
         return f"<Topic {self.name!r}>"
+
+    def check(self, key: Any, value: Any) -> None:
+        """Raise ``SerdeError`` unless ``key`` and ``value`` fit the declared types.
+
+        >>> import streamkit as sk
+        >>> counts = sk.App("docs-check").topic("counts", value_type=int)
+        >>> counts.check(None, "3")
+        Traceback (most recent call last):
+        ...
+        streamkit._core.serde.SerdeError: topic 'counts' takes values of type int, not str: '3'
+        """
+        self._check_value(value)
+        if key is not None and self._key_ok is not None and not self._key_ok(key):
+            raise SerdeError(self._mismatch("keys", self.key_type, key))
+
+    def _check_value(self, value: Any) -> None:
+        if value is not None and self._value_ok is not None and not self._value_ok(value):
+            raise SerdeError(self._mismatch("values", self.value_type, value))
+
+    def _mismatch(self, what: str, type_: Any, got: Any) -> str:
+        shown = repr(got)
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        type_name = getattr(type_, "__name__", None) or repr(type_)
+        return f"topic {self.name!r} takes {what} of type {type_name}, not {type(got).__name__}: {shown}"
 
     async def send(
         self,
@@ -142,6 +201,7 @@ class Topic:
         Inside an agent, a record without ``timestamp`` takes the timestamp of the event being
         processed (event time flows downstream, as in Kafka Streams).
         """
+        self.check(key, value)
         sender = self.app.sender
         if sender is None:
             raise NotRunningError(

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from streamkit._core import context
+from streamkit._core.clock import SYSTEM_CLOCK, Clock
 from streamkit._core.serde import RawSerde, SerdeError
 from streamkit._core.types import TopicPartition
 from streamkit.streams import Event, KeyFn, Source, StreamEnd
@@ -127,7 +128,9 @@ class RootSource:
         wakeup: asyncio.Event,
         dead_letter: DeadLetter,
         open_through: ThroughOpener,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        self.clock = clock
         self._inboxes = list(inboxes)
         self._wakeup = wakeup
         self._dead_letter = dead_letter
@@ -223,7 +226,10 @@ class RootSource:
         return event
 
     async def get(self, timeout: float | None) -> Event | None:
-        deadline: float | None = None
+        """The next event, or ``None`` once ``timeout`` seconds passed on ``clock``. With a
+        manual clock the wait ends when the clock was advanced past it and the source woken
+        (``Worker.clock_advanced``); real time only bounds each wait before a re-check."""
+        deadline_ms: int | None = None
         while True:
             if self._undecodable is not None:
                 inbox, record, exc = self._undecodable
@@ -251,16 +257,16 @@ class RootSource:
             if timeout is None:
                 await self._wakeup.wait()
                 continue
-            now = asyncio.get_running_loop().time()
-            if deadline is None:
-                deadline = now + timeout
-            remaining = deadline - now
-            if remaining <= 0:
+            now_ms = self.clock.monotonic_ms()
+            if deadline_ms is None:
+                deadline_ms = now_ms + int(timeout * 1000)
+            remaining_ms = deadline_ms - now_ms
+            if remaining_ms <= 0:
                 return None
             try:
-                await asyncio.wait_for(self._wakeup.wait(), remaining)
+                await asyncio.wait_for(self._wakeup.wait(), remaining_ms / 1000)
             except TimeoutError:
-                return None
+                pass  # look at the clock again
 
     async def _pause_if_due(self) -> None:
         """Let the event loop turn if this source has held it for ``YIELD_AFTER_S``: fetches,

@@ -8,6 +8,14 @@ that topic.
 The supervisor is the one place with a broad ``except``: when an instance raises, the records
 it holds (handed out, not finished) go to the dead-letter topic with the error, and the
 instance starts again on the next record; with ``on_error="stop"`` the worker stops instead.
+
+An instance that raises while it holds no record (before its first read, or between records)
+has nothing to dead-letter and would fail the same way at once: it starts again after a
+back-off (``BACKOFF_FIRST_S``, doubling up to ``BACKOFF_MAX_S``), logged once per back-off,
+and the task reports the failure (``failing``: the worker's ``/health`` is 503 meanwhile)
+until a record is handed out again. After ``app.max_agent_failures`` such failures in a row
+with no record handed out in between, the worker fails with ``AgentFailedError``. The
+back-off ends at once when the task stops: it never holds up a shutdown.
 """
 
 from __future__ import annotations
@@ -16,8 +24,10 @@ import asyncio
 import functools
 import logging
 from collections.abc import Awaitable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from streamkit._core.errors import StreamkitError
 from streamkit._core.types import TopicPartition
 from streamkit.agents import Agent
 from streamkit.runtime.inbox import Inbox, RootSource
@@ -30,6 +40,23 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 STOP_GRACE_S = 0.5
+BACKOFF_FIRST_S = 0.1
+BACKOFF_MAX_S = 30.0
+
+
+class AgentFailedError(StreamkitError):
+    """An agent kept failing without processing a record (``App(max_agent_failures=...)``)."""
+
+    retriable = False
+
+
+@dataclass(frozen=True, slots=True)
+class AgentFailure:
+    """The last failure of a task outside a record, while no record was handed out since."""
+
+    error: str
+    failures: int  # in a row, without a record handed out in between
+    retry_in_s: float
 
 
 class PartitionTask:
@@ -47,6 +74,11 @@ class PartitionTask:
         # hops back instead of new pumps, so no record a pump holds is dropped or duplicated.
         self._hops: dict[int, list[Source]] = {}
         self._hop_cursor: dict[int, int] = {}
+        self._stopped = asyncio.Event()  # ends a back-off at once
+        # Failures outside a record: how many in a row, and where the inboxes' hand-outs
+        # stood at the last one (when they moved since, the agent made progress).
+        self._failure: AgentFailure | None = None
+        self._failure_mark: tuple[int | None, ...] = ()
 
     def __repr__(self) -> str:
         return f"<PartitionTask {self.agent.name}[{self.partition}]>"
@@ -64,12 +96,24 @@ class PartitionTask:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
         task.set_name(name)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        """An instance or pump ended. Raising past the supervisor (a dead letter that could
+        not be sent) leaves this partition unprocessed: the worker fails, with the traceback."""
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            logger.error("%s failed, stopping the worker", task.get_name(), exc_info=exc)
+            self.worker.fail(exc)
 
     async def stop(self) -> None:
         """Let the instances finish the record in hand (briefly), then cancel them. Their
         sources stay attached until ``close``, so commit positions still see what they hold."""
         self._stopping = True
+        self._stopped.set()
         for source in self._sources:
             source.stopping = True
         self.wakeup.set()
@@ -88,6 +132,17 @@ class PartitionTask:
             source.detach()
         self._sources.clear()
 
+    def _progress_mark(self) -> tuple[int | None, ...]:
+        return tuple(inbox.handed_next for inbox in self.inboxes.values())
+
+    @property
+    def failing(self) -> AgentFailure | None:
+        """The failure this task is backing off from, if no record was handed out since."""
+        failure = self._failure
+        if failure is None or self._progress_mark() != self._failure_mark:
+            return None
+        return failure
+
     def commit_positions(self) -> dict[TopicPartition, int]:
         out = {}
         for tp, inbox in self.inboxes.items():
@@ -104,6 +159,7 @@ class PartitionTask:
             self.wakeup,
             self._dead_letter,
             functools.partial(self._open_through, instance),
+            self.worker.clock,
         )
         source.stopping = self._stopping
         self._sources.append(source)
@@ -190,11 +246,45 @@ class PartitionTask:
             return False
         held = source.pending if isinstance(source, RootSource) else []
         if not held:
-            logger.error("agent %s failed outside a record: %r", agent.name, exc, exc_info=exc)
+            source.ack()
+            return await self._back_off(exc)
         for inbox, record in held:
             await self.worker.dead_letter(agent, inbox.tp, record, exc)
         source.ack()
         return True
+
+    async def _back_off(self, exc: BaseException) -> bool:
+        """A failure with no record in hand: wait before the next try (False: give up)."""
+        agent = self.agent
+        mark = self._progress_mark()
+        previous = self._failure
+        failures = 1 if previous is None or mark != self._failure_mark else previous.failures + 1
+        self._failure_mark = mark
+        limit = agent.app.max_agent_failures
+        where = f"{agent.name}[{self.partition}]"
+        if failures >= limit:
+            logger.error(
+                "agent %s failed %d times in a row without processing a record, stopping the worker: %r",
+                where, failures, exc,
+            )
+            error = AgentFailedError(
+                f"agent {where} failed {failures} times in a row without processing a record "
+                f"(max_agent_failures={limit}); last error: {type(exc).__name__}: {exc}"
+            )
+            error.__cause__ = exc
+            self.worker.fail(error)
+            return False
+        delay = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (failures - 1))
+        self._failure = AgentFailure(f"{type(exc).__name__}: {exc}", failures, delay)
+        logger.error(
+            "agent %s failed outside a record (%d in a row), starting it again in %.1f s: %r",
+            where, failures, delay, exc, exc_info=exc if failures == 1 else None,
+        )
+        try:
+            await asyncio.wait_for(self._stopped.wait(), delay)
+        except TimeoutError:
+            pass
+        return not self._stopping
 
     async def _run_agent(self, stream: Stream) -> None:
         agent = self.agent

@@ -1,19 +1,24 @@
 """``Worker``: runs an app against a log through a transport.
 
-Lifecycle: ``start`` opens the transport, probes the agents' topologies, creates the topics,
-subscribes one consumer (group = app id) to every input and starts the loops; ``stop`` (or
-SIGTERM/Ctrl-C in the CLI) stops the tasks, commits what was processed and closes.
+Lifecycle: ``start`` opens the transport, probes the agents' topologies and creates the
+topics, subscribes one consumer (group = app id) to every input and starts the
+loops; ``stop`` (or SIGTERM/Ctrl-C in the CLI) stops the tasks, commits what was processed and
+closes. The worker wires the parts together and owns the fetch and commit loops, dead
+letters and introspection; the parts live beside it:
 
-Commit protocol (at-least-once): every ``commit_interval`` the worker snapshots each input
-partition's commit position (see ``inbox.py``), *then* flushes the producer (so everything
-sent while processing records below those positions is acknowledged), *then* commits the
-snapshot. On revocation the same happens for the revoked partitions before they go.
+* ``topology.py``: the probed hops of each agent, the topics created for them, partition
+  counts and their check against the declarations;
+* ``assignment.py``: which partition tasks exist for which partitions, creating, stopping and
+  closing them on a rebalance;
+* ``commits.py``: the commit protocol (snapshot positions, flush the producer, commit; the
+  failure rule);
+* ``tasks.py``: one agent over one partition number, and its supervisor;
+* ``outputs.py``: where yielded values go (the sinks).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 import time
@@ -22,18 +27,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamkit._core.clock import SYSTEM_CLOCK, Clock
-from streamkit._core.errors import ConfigError
 from streamkit._core.types import TopicPartition
 from streamkit.agents import Agent
 from streamkit.app import App
-from streamkit.dsl import copartitioning_errors
-from streamkit.runtime.inbox import Inbox, current_event
-from streamkit.runtime.probe import Hop, discover
+from streamkit.runtime.assignment import Assignment
+from streamkit.runtime.commits import Committer
+from streamkit.runtime.inbox import Inbox
+from streamkit.runtime.outputs import Forward, forwarder
 from streamkit.runtime.sender import RuntimeSender
 from streamkit.runtime.state import StateManager
 from streamkit.runtime.tasks import PartitionTask
 from streamkit.runtime.timers import TimerRunner
-from streamkit.streams import Event
+from streamkit.runtime.topology import Topology
 from streamkit.topics import Topic
 from streamkit.transport.base import (
     Consumer,
@@ -43,15 +48,10 @@ from streamkit.transport.base import (
     TransportError,
     open_log_client,
 )
-from streamkit.transport.placement import MemberInfo
+from streamkit.transport.placement import GroupInfo, MemberInfo
 
 logger = logging.getLogger(__name__)
 FETCH_MAX_RECORDS = 10_000
-
-
-async def _wait_all(waits: list[Awaitable[None]]) -> None:
-    for wait in waits:
-        await wait
 
 
 @dataclass
@@ -60,6 +60,30 @@ class WorkerStats:
     dead_lettered: int = 0
     commits: int = 0
     started_at: float = field(default_factory=time.monotonic)
+
+
+class _TablesFollowPartitions:
+    """The tables' partitions follow the input partitions (``state.py``): partition p of
+    every table is restored before a task of partition p reads, and closed after the
+    revocation commit unless another input partition p stays."""
+
+    def __init__(self, worker: Worker) -> None:
+        self._worker = worker
+
+    async def partitions_assigned(self, assigned: set[TopicPartition], tasks: list[PartitionTask]) -> None:
+        state = self._worker.state_manager
+        await state.assign({tp.partition for tp in assigned})
+        group = self._worker.group_info()
+        if group is not None:
+            await state.set_standbys(set(group.standbys))
+
+    async def partitions_revoked(
+        self, revoked: set[TopicPartition], tasks: list[PartitionTask], committed: bool
+    ) -> None:
+        if not committed:
+            return  # the worker fails; stop closes the stores, state claims nothing more
+        kept = {tp.partition for tp in self._worker.assignment() if tp not in revoked}
+        await self._worker.state_manager.revoke({tp.partition for tp in revoked} - kept)
 
 
 class Worker:
@@ -81,29 +105,31 @@ class Worker:
         self.clock = clock
         self._run_timers = run_timers
         self.stats = WorkerStats()
-        self.tasks: dict[tuple[str, int], PartitionTask] = {}
-        self._inboxes: dict[TopicPartition, list[Inbox]] = {}
-        self._hops: dict[str, list[Hop]] = {}
-        # Agents whose sinks are all topics: their yielded values take the sender's fast path.
-        self._topic_sinks: dict[str, tuple[Topic, ...]] = {}
-        self._hop_topics: dict[tuple[str, str], Topic] = {}
-        self._counts: dict[str, int] = {}
+        self.task_assignment = Assignment(
+            lambda: self.app.agents.values(),
+            self.agent_inputs,
+            lambda agent, partition: PartitionTask(self, agent, partition),
+            self._resume,
+        )
+        # The URL of this worker's HTTP API, told to the group so others route queries here.
+        self.advertised_url = advertised_url
+        self.state_manager = StateManager(
+            list(app.tables.values()), self.client, clock, state_dir or os.path.join(".streamkit-state", app.id)
+        )
+        self.task_assignment.listeners.append(_TablesFollowPartitions(self))
+        self.committer = Committer(
+            self.task_assignment.inboxes, self.fail, lambda: self._failure is not None, self.state_manager
+        )
+        self.topology = Topology(app, self.client, self.state_manager)
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
         self._sender: RuntimeSender | None = None
         self._loops: list[asyncio.Task[Any]] = []
         self._stop = asyncio.Event()
         self._failure: BaseException | None = None
-        self._commit_lock = asyncio.Lock()
-        self._committed: dict[TopicPartition, int] = {}
         self._started = False
         self._closed = False
         self.timers = TimerRunner(app.timers, clock)
-        # The URL of this worker's HTTP API, told to the group so others route queries here.
-        self.advertised_url = advertised_url
-        self.state_manager = StateManager(
-            list(app.tables.values()), self.client, clock, state_dir or os.path.join(".streamkit-state", app.id)
-        )
 
     async def __aenter__(self) -> Worker:
         await self.start()
@@ -122,13 +148,12 @@ class Worker:
         producer = self.client.producer()
         await producer.start()
         self._producer = producer
-        self._sender = RuntimeSender(producer, self.clock, self._partitions_for)
+        self._sender = RuntimeSender(producer, self.clock, self.topology.partitions_for)
+        # Before the sender is installed: the probe's sends are discarded (``probe.py``).
+        await self.topology.probe()
+        self.topology.sender = self._sender
         self.app.sender = self._sender
-        for agent in self.app.agents.values():
-            self._hops[agent.name] = await discover(agent)
-            if all(isinstance(sink, Topic) for sink in agent.sinks):
-                self._topic_sinks[agent.name] = tuple(sink for sink in agent.sinks if isinstance(sink, Topic))
-        await self._create_topics()
+        await self.topology.create_topics()
         inputs = self.input_topics()
         if inputs:
             consumer = self.client.consumer(self.app.id, auto_offset_reset=self.app.auto_offset_reset)
@@ -136,6 +161,7 @@ class Worker:
             standby = max((t.standby_replicas for t in self.app.tables.values()), default=0)
             consumer.advertise(MemberInfo(self.advertised_url, standby))
             self._consumer = consumer
+            self.committer.bind(producer, consumer)
             await consumer.start()
             self._spawn(self._fetch_loop(), "fetch")
             self._spawn(self._commit_loop(), "commit")
@@ -147,7 +173,19 @@ class Worker:
     def _spawn(self, coro: Awaitable[Any], name: str) -> None:
         task = asyncio.ensure_future(coro)
         task.set_name(f"streamkit:{name}")
+        task.add_done_callback(self._loop_done)
         self._loops.append(task)
+
+    def _loop_done(self, task: asyncio.Task[Any]) -> None:
+        """A background loop ended: unless cancelled by ``stop``, the worker cannot go on
+        (nothing would fetch, commit or fire any more); an exception fails it, logged with
+        its traceback."""
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            logger.error("%s failed, stopping the worker", task.get_name(), exc_info=exc)
+            self.fail(exc)
 
     async def _run_app_task(self, fn: Callable[[], Awaitable[Any]]) -> None:
         try:
@@ -155,127 +193,51 @@ class Worker:
         except Exception:
             logger.exception("task %s failed", getattr(fn, "__name__", fn))
 
-    async def _create_topics(self) -> None:
-        default = self.app.topic_partitions
-        changelogs = self.state_manager.changelog_names
-        for topic in list(self.app.topics.values()):
-            if topic.name not in changelogs:
-                await self._ensure(topic, topic.partitions or default)
-        # Tables' changelogs take the partitions of the agents' inputs (co-partitioning), so
-        # they come after the inputs and before the hops of agents that read them.
-        most = max([default, *(self._counts[t.name] for a in self.app.agents.values() for t in a.topics if t.name in self._counts)])
-        await self.state_manager.create_changelogs(self._ensure, most)
-        errors = copartitioning_errors(self.app.topologies, lambda t: self._counts.get(t.name))
-        if errors:
-            raise ConfigError("; ".join(errors))
-        await self.state_manager.open_global_tables()
-        for agent in self.app.agents.values():
-            source_count = self._counts[agent.topics[0].name]
-            for hop in self._hops[agent.name]:
-                target = self.hop_topic(agent, hop.topic, hop.name)
-                await self._ensure(target, target.partitions or source_count)
-
-    async def _ensure(self, topic: Topic, partitions: int) -> int:
-        count = await self.client.ensure_topic(topic.name, partitions, topic.config)
-        self._counts[topic.name] = count
-        if self._sender is not None:
-            self._sender.known_partitions(topic.name, count)
-        return count
-
-    async def _partitions_for(self, topic: Topic) -> int:
-        count = self._counts.get(topic.name)
-        if count is None:
-            count = await self._ensure(topic, topic.partitions or self.app.topic_partitions)
-        return count
-
     @property
     def runtime_sender(self) -> RuntimeSender | None:
         """The sender of the running worker (None before start and after stop)."""
         return self._sender if self.app.sender is not None else None
 
+    # -- topology (``topology.py``) ----------------------------------------------------------
+
+    @property
+    def partition_mismatches(self) -> dict[str, str]:
+        """Topics found with another partition count than declared: name -> what was said."""
+        return self.topology.partition_mismatches
+
     def partition_count_of(self, topic: Topic) -> int | None:
-        return self._counts.get(topic.name)
+        return self.topology.partition_count_of(topic)
 
     def hop_topic(self, agent: Agent, topic: Topic | None, name: str) -> Topic:
         """The topic of one ``through``/``group_by`` hop of ``agent``."""
-        if topic is not None:
-            return topic
-        found = self._hop_topics.get((agent.name, name))
-        if found is None:
-            source = agent.topics[0]
-            found = self.app.topic(
-                agent.repartition_topic_name(name),
-                key_serializer="json",
-                value_serializer=source.value_serde,
-                partitions=source.partitions,
-                internal=True,
-            )
-            self._hop_topics[(agent.name, name)] = found
-        return found
+        return self.topology.hop_topic(agent, topic, name)
 
     def input_topics(self) -> list[str]:
-        names: set[str] = set()
-        for agent in self.app.agents.values():
-            names.update(self.agent_inputs(agent))
-        return sorted(names)
+        return self.topology.input_topics()
 
     def agent_inputs(self, agent: Agent) -> dict[str, Topic]:
-        inputs = {t.name: t for t in agent.topics}
-        for hop in self._hops.get(agent.name, []):
-            target = self.hop_topic(agent, hop.topic, hop.name)
-            inputs[target.name] = target
-        return inputs
+        return self.topology.agent_inputs(agent)
 
-    # -- rebalance -------------------------------------------------------------------------
+    # -- rebalance (``assignment.py``) -------------------------------------------------------
+
+    @property
+    def tasks(self) -> dict[tuple[str, int], PartitionTask]:
+        """The partition tasks, by (agent name, partition number)."""
+        return self.task_assignment.tasks
+
+    @property
+    def _inboxes(self) -> dict[TopicPartition, list[Inbox]]:
+        return self.task_assignment.inboxes
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        fresh: list[PartitionTask] = []
-        for agent in self.app.agents.values():
-            inputs = self.agent_inputs(agent)
-            for tp in sorted(assigned):
-                topic = inputs.get(tp.topic)
-                if topic is None:
-                    continue
-                key = (agent.name, tp.partition)
-                task = self.tasks.get(key)
-                if task is None:
-                    task = self.tasks[key] = PartitionTask(self, agent, tp.partition)
-                    fresh.append(task)
-                elif task not in fresh:
-                    logger.warning("partition %s assigned to a running task %r", tp, task)
-                    continue
-                inbox = task.add_inbox(tp, topic)
-                inbox.on_low = self._resume
-                self._inboxes.setdefault(tp, []).append(inbox)
-        await self.state_manager.assign({tp.partition for tp in assigned})
-        group = self._consumer.group_info() if self._consumer is not None else None
-        if group is not None:
-            await self.state_manager.set_standbys(set(group.standbys))
-        for task in fresh:
-            task.start()
+        await self.task_assignment.assign(assigned)
         logger.info("assigned %s", ", ".join(str(tp) for tp in sorted(assigned)) or "nothing")
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        doomed = [t for t in self.tasks.values() if any(tp in revoked for tp in t.inboxes)]
+        doomed = await self.task_assignment.revoke(revoked, self.commit)
         if not doomed:
             return
-        await asyncio.gather(*(t.stop() for t in doomed))
-        try:
-            await self.commit(only={tp for t in doomed for tp in t.inboxes})
-        finally:
-            for task in doomed:
-                task.close()
-        kept = {tp.partition for tp in self.assignment() if tp not in revoked}
-        await self.state_manager.revoke({tp.partition for tp in revoked} - kept)
-        for task in doomed:
-            self.tasks.pop((task.agent.name, task.partition), None)
-            for tp, inbox in task.inboxes.items():
-                inboxes = self._inboxes.get(tp, [])
-                if inbox in inboxes:
-                    inboxes.remove(inbox)
-                if not inboxes:
-                    self._inboxes.pop(tp, None)
-                    self._committed.pop(tp, None)
+        self.committer.forget({tp for t in doomed for tp in t.inboxes if tp not in self.task_assignment.inboxes})
         logger.info("revoked %s", ", ".join(str(tp) for tp in sorted(revoked)))
 
     # -- loops -----------------------------------------------------------------------------
@@ -324,86 +286,18 @@ class Worker:
                 logger.warning("commit failed, will retry: %s", exc)
 
     async def commit(self, only: set[TopicPartition] | None = None) -> dict[TopicPartition, int]:
-        """Commit every processed position whose outputs are acknowledged; returns them."""
-        async with self._commit_lock:
-            if self._failure is not None:
-                return {}  # after a lost output nothing may be committed, not even on stop
-            positions: dict[TopicPartition, int] = {}
-            for tp, inboxes in self._inboxes.items():
-                if only is not None and tp not in only:
-                    continue
-                found = [p for p in (i.commit_position() for i in inboxes) if p is not None]
-                if found:
-                    position = min(found)
-                    if self._committed.get(tp) != position:
-                        positions[tp] = position
-            if self._consumer is None or self._producer is None:
-                return {}
-            outgoing = await self.state_manager.send_changes(self._producer)
-            if not positions and not outgoing:
-                return {}
-            try:
-                await self._producer.flush()
-                await self.state_manager.store_changes(outgoing)
-            except TransportError as exc:
-                # Something sent while processing these records was not stored. Committing
-                # would skip it for good: stop instead; a restart redoes the work from the
-                # last commit (at-least-once).
-                logger.error("an output could not be stored, stopping without committing: %s", exc)
-                self.fail(exc)
-                raise
-            await self._consumer.commit(positions)
-            self._committed.update(positions)
-            self.stats.commits += 1
-            return positions
+        """Commit every processed position whose outputs are acknowledged; returns them
+        (the protocol: ``commits.py``)."""
+        before = self.committer.commits
+        positions = await self.committer.commit(only)
+        self.stats.commits += self.committer.commits - before
+        return positions
 
     # -- outputs ---------------------------------------------------------------------------
 
-    def forwarder(self, agent: Agent) -> Callable[[Any], Awaitable[None] | None]:
-        """What sends each value ``agent`` yields to its sinks, with the current event's key
-        and timestamp. It returns ``None`` when that is done without waiting (the usual case:
-        every sink a topic), else an awaitable the caller must await before going on."""
-        sinks = self._topic_sinks.get(agent.name)
-        sender = self._sender
-        app = self.app
-        if sinks is None or sender is None:
-            return functools.partial(self.forward, agent)
-        send = sender.send_nowait
-        get_event = current_event.get
-        if len(sinks) == 1:
-            sink = sinks[0]
-
-            def forward_one(value: Any) -> Awaitable[None] | None:
-                event = get_event()
-                if event is None or app.sender is None:
-                    return self._forward(agent, value, event)
-                return send(sink, event.key, value, event.timestamp)
-
-            return forward_one
-
-        def forward(value: Any) -> Awaitable[None] | None:
-            event = get_event()
-            if event is None or app.sender is None:
-                return self._forward(agent, value, event)
-            waits = [w for sink in sinks if (w := send(sink, event.key, value, event.timestamp)) is not None]
-            return _wait_all(waits) if waits else None
-
-        return forward
-
-    def forward(self, agent: Agent, value: Any) -> Awaitable[None]:
-        """Send one value ``agent`` yielded to its sinks (see ``forwarder``)."""
-        return self._forward(agent, value, current_event.get())
-
-    async def _forward(self, agent: Agent, value: Any, event: Event | None) -> None:
-        key = event.key if event is not None else None
-        timestamp = event.timestamp if event is not None else None
-        for sink in agent.sinks:
-            if isinstance(sink, (Topic, Agent)):
-                await sink.send(key=key, value=value, timestamp=timestamp)
-            else:
-                result = sink(value)
-                if asyncio.iscoroutine(result):
-                    await result
+    def forwarder(self, agent: Agent) -> Forward:
+        """What sends each value ``agent`` yields to its sinks (``outputs.py``)."""
+        return forwarder(self.app, agent, self.topology.topic_sinks.get(agent.name), self._sender)
 
     async def dead_letter(
         self, agent: Agent, tp: TopicPartition, record: ConsumerRecord, error: BaseException
@@ -425,6 +319,11 @@ class Worker:
         if self._failure is None:
             self._failure = exc
         self._stop.set()
+
+    def clock_advanced(self) -> None:
+        """Wake the agents' sources: a manual clock moved, timeouts on it may have passed."""
+        for task in self.tasks.values():
+            task.wakeup.set()
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -466,9 +365,41 @@ class Worker:
             return "stopped"
         return "running" if self._started else "starting"
 
+    def failing_agents(self) -> list[dict[str, Any]]:
+        """The partition tasks backing off after failures outside a record (``tasks.py``)."""
+        out = []
+        for task in self.tasks.values():
+            failure = task.failing
+            if failure is not None:
+                out.append(
+                    {
+                        "agent": task.agent.name,
+                        "partition": task.partition,
+                        "error": failure.error,
+                        "failures": failure.failures,
+                        "retry_in_s": failure.retry_in_s,
+                    }
+                )
+        return out
+
+    def stalled(self) -> dict[TopicPartition, str]:
+        """Assigned input partitions the log does not serve now (deleted topic, lost
+        partition), with the reason: their tasks cannot progress."""
+        if self._consumer is None:
+            return {}
+        return {tp: why for tp, why in self._consumer.unavailable().items() if tp in self._inboxes}
+
+    @property
+    def healthy(self) -> bool:
+        """Running, no agent backing off after failures, no input partition stalled."""
+        return self.state == "running" and not self.failing_agents() and not self.stalled()
+
+    def group_info(self) -> GroupInfo | None:
+        return self._consumer.group_info() if self._consumer is not None else None
+
     def owner_url(self, partition: int) -> str | None:
         """The advertised URL of the worker that owns ``partition`` (per the last assignment)."""
-        group = self._consumer.group_info() if self._consumer is not None else None
+        group = self.group_info()
         return None if group is None else group.owners.get(partition)
 
     def assignment(self) -> set[TopicPartition]:
@@ -477,7 +408,7 @@ class Worker:
     @property
     def committed(self) -> dict[TopicPartition, int]:
         """The positions this worker committed last, per assigned input partition."""
-        return dict(self._committed)
+        return dict(self.committer.committed)
 
     async def settle(self) -> bool:
         """Flush outputs and tell whether every fetched record was processed and nothing more

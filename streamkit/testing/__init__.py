@@ -1,8 +1,8 @@
 """Test an app's agents with the real runtime, no broker: ``streamkit.testing``.
 
 ``AppDriver`` runs the app's real ``Worker`` over the embedded log in a temporary directory,
-with a ``ManualClock``: records sent without a timestamp get the clock's time, and timers fire
-only when the test advances the clock.
+with a ``ManualClock``: records sent without a timestamp get the clock's time, and timers
+fire and ``take(..., within=)`` cuts its batches only when the test advances the clock.
 
     >>> import asyncio, streamkit as sk
     >>> from streamkit.testing import AppDriver

@@ -81,7 +81,11 @@ class AppDriver:
 
         A commit writes the tables' changes to their changelogs, which pipelines over a
         table's changes (``to_stream``, table joins) read in turn: so this commits and looks
-        again until a commit leaves nothing new to process."""
+        again until a commit leaves nothing new to process.
+
+        Records a ``take(..., within=)`` batch holds are not processed until the batch is cut:
+        at ``max_`` values, or when ``advance`` moves the clock ``within`` past its first value.
+        """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
@@ -103,6 +107,7 @@ class AppDriver:
     async def advance(self, seconds: float) -> None:
         """Move the clock forward, fire the timers that came due, and process."""
         self.clock.advance(int(seconds * 1000))
+        self.worker.clock_advanced()
         await self.worker.timers.run_due()
         await self.process()
 

@@ -161,6 +161,13 @@ class Consumer(Protocol):
 
     def position(self, tp: TopicPartition) -> int | None: ...
 
+    def unavailable(self) -> dict[TopicPartition, str]:
+        """Assigned partitions the last fetches could not read because the log does not know
+        them (the topic was deleted), with the reason. When the topic comes back, the
+        consumer's position is past its end or before its start: it resets per
+        ``auto_offset_reset`` (logged) and the partition leaves this map."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class ReadChunk:

@@ -13,6 +13,7 @@ policy fsyncs run in a worker thread, others inline (a page-cache write).
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
@@ -42,6 +43,7 @@ MAX_BATCH_RECORDS = 2000
 # Well below max.message.bytes' default (1 MiB): a batch of large records is appended sooner.
 MAX_BATCH_BYTES = 256 * 1024
 MAX_FETCH_BYTES = 4 * 1024 * 1024
+logger = logging.getLogger(__name__)
 
 
 class EmbeddedLogClient:
@@ -325,6 +327,7 @@ class EmbeddedConsumer:
         self._listener: RebalanceListener | None = None
         self._positions: dict[TopicPartition, int] = {}
         self._paused: set[TopicPartition] = set()
+        self._unavailable: dict[TopicPartition, str] = {}
         self._event = asyncio.Event()
         self._started = False
         self._member = MemberInfo()
@@ -391,6 +394,19 @@ class EmbeddedConsumer:
         except LogError:
             return None
 
+    def unavailable(self) -> dict[TopicPartition, str]:
+        return dict(self._unavailable)
+
+    def _reset_out_of_range(self, tp: TopicPartition, part: Partition, position: int) -> int:
+        reset = self._reset_position(part)
+        logger.warning(
+            "%s: position %d is out of range [%d, %d] (the topic was recreated or truncated); "
+            "resetting to the %s offset %d (auto_offset_reset)",
+            tp, position, part.log_start_offset, part.high_watermark, self._reset, reset,
+        )
+        self._positions[tp] = reset
+        return reset
+
     async def getmany(self, timeout_ms: int, max_records: int) -> Mapping[TopicPartition, Sequence[Record]]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
@@ -416,14 +432,23 @@ class EmbeddedConsumer:
                 break
             if tp in self._paused:
                 continue
-            part = log.partition(tp.topic, tp.partition)
+            try:
+                part = log.partition(tp.topic, tp.partition)
+            except UnknownTopicError as exc:
+                if tp not in self._unavailable:
+                    logger.warning("%s cannot be read: %s", tp, exc)
+                self._unavailable[tp] = f"unknown topic or partition: {exc}"
+                continue
+            if self._unavailable.pop(tp, None) is not None:
+                logger.warning("%s can be read again", tp)
+            if position > part.high_watermark:
+                position = self._reset_out_of_range(tp, part, position)
             if position >= part.high_watermark:
                 continue
             try:
                 data = part.read(position, MAX_FETCH_BYTES)
             except OffsetOutOfRangeError:
-                position = self._reset_position(part)
-                self._positions[tp] = position
+                position = self._reset_out_of_range(tp, part, position)
                 data = part.read(position, MAX_FETCH_BYTES) if position < part.high_watermark else b""
             records: list[Record] = []
             # Batches decode lazily: stop once the budget is met (a read returns up to

@@ -536,3 +536,16 @@ class KafkaConsumer:
     def highwater(self, tp: TopicPartition) -> int | None:
         hw = self._consumer.highwater(KafkaTP(tp.topic, tp.partition))
         return None if hw is None else int(hw)
+
+    def unavailable(self) -> dict[TopicPartition, str]:
+        # aiokafka resets an out-of-range position per auto_offset_reset itself (and logs
+        # it); a deleted topic shows as assigned partitions its cluster metadata lacks.
+        cluster = getattr(getattr(self._consumer, "_client", None), "cluster", None)
+        if cluster is None or not self._started:
+            return {}
+        out: dict[TopicPartition, str] = {}
+        for tp in self.assignment():
+            partitions = cluster.partitions_for_topic(tp.topic)
+            if partitions is None or tp.partition not in partitions:
+                out[tp] = "unknown topic or partition (not in the cluster's metadata)"
+        return out

@@ -1,6 +1,8 @@
 """A running worker's read-only HTTP API.
 
-    GET /health     200 {"status": "ok"} while the worker runs, 503 once it failed or stopped
+    GET /health     200 {"status": "running"} while the worker runs and is healthy; 503 once it
+                    failed or stopped, while an agent backs off after failures, or while an
+                    input partition is stalled (its topic is unknown to the log)
     GET /status     app, broker, assigned partitions, counters, committed positions, lag
     GET /topology   agents with their input, repartition and sink topics
     GET /metrics    the same counters in Prometheus' text format
@@ -92,8 +94,17 @@ class WebServer:
         return self._json({"endpoints": ["/health", "/status", "/topology", "/metrics", "/tables"]})
 
     async def _health(self, request: web.Request) -> web.Response:
-        state = self.worker.state
-        return self._json({"status": state}, 200 if state == "running" else 503)
+        w = self.worker
+        failing = w.failing_agents()
+        stalled = w.stalled()
+        body: dict[str, Any] = {"status": w.state}
+        if w.state == "running" and (failing or stalled):
+            body["status"] = "degraded"
+        if failing:
+            body["failing_agents"] = failing
+        if stalled:
+            body["stalled"] = {str(tp): why for tp, why in sorted(stalled.items())}
+        return self._json(body, 200 if body["status"] == "running" else 503)
 
     async def _status(self, request: web.Request) -> web.Response:
         w = self.worker
@@ -108,6 +119,9 @@ class WebServer:
                 "commits": w.stats.commits,
                 "committed": {str(tp): offset for tp, offset in sorted(w.committed.items())},
                 "lag": {str(tp): n for tp, n in sorted(w.lag().items())},
+                "failing_agents": w.failing_agents(),
+                "stalled": {str(tp): why for tp, why in sorted(w.stalled().items())},
+                "partition_mismatches": w.partition_mismatches,
                 "tables": w.state_manager.describe(),
             }
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
@@ -133,27 +134,50 @@ async def test_on_error_stop_stops_the_worker() -> None:
             await asyncio.wait_for(driver.worker.wait(), 5)
 
 
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Wait, turning the event loop, until ``condition()`` holds (bounded)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.005)
+
+
 async def test_take_batches_and_enumerate_and_echo() -> None:
+    """``take`` cuts a batch at ``max_`` values, or ``within`` seconds after its first value
+    on the driver's clock (not before); ``echo`` copies every value; ``enumerate`` numbers."""
     app = make_app()
     src = app.topic("src", value_type=int)
     copy = app.topic("copy", value_type=int)
     batches: list[list[int]] = []
+    numbered: list[tuple[int, int]] = []
 
     @app.agent(src)
     async def batcher(stream: sk.Stream) -> None:
-        async for batch in stream.echo(copy).take(10, within=0.05):
+        async for batch in stream.echo(copy).take(10, within=60.0):
             batches.append(batch)
+
+    @app.agent(copy)
+    async def counter(stream: sk.Stream) -> None:
+        async for i, v in stream.enumerate(100):
+            numbered.append((i, v))
 
     async with AppDriver(app) as driver:
         for i in range(25):
             await driver.send(src, i)
-        await driver.process()
-        await asyncio.sleep(0.1)
-        await driver.process()
+        await until(lambda: len(batches) == 2 and len(numbered) == 25)
+        assert batches == [list(range(10)), list(range(10, 20))]
+        # 59 s of the 60 pass: the open batch [20..24] stays open and takes one more value.
+        driver.clock.advance(59_000)
+        driver.worker.clock_advanced()
+        await driver.send(src, 25)
+        await until(lambda: len(numbered) == 26)
+        assert len(batches) == 2
+        await driver.advance(1.0)  # now 60 s since its first value: cut
         copied = [e.value for e in await driver.read(copy)]
-    assert [v for b in batches for v in b] == list(range(25))
-    assert all(len(b) <= 10 for b in batches)
-    assert copied == list(range(25))
+    assert batches == [list(range(10)), list(range(10, 20)), list(range(20, 26))]
+    assert copied == list(range(26))
+    assert numbered == [(100 + i, i) for i in range(26)]
 
 
 async def test_agent_send_cast_timer_and_task() -> None:

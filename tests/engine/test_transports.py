@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +187,32 @@ async def committed_offsets(url: str, group: str, topic: str, partitions: int) -
         await client.aclose()
 
 
+async def until_logged(proc: subprocess.Popen[bytes], log: Path, text: str, timeout: float = 90) -> None:
+    """Wait until the worker process wrote ``text`` to its log (it must stay alive)."""
+    deadline = time.monotonic() + timeout
+    while text not in log.read_text():
+        assert proc.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, f"{text!r} not logged: {log.read_text()}"
+        await asyncio.sleep(0.1)
+
+
+async def until_committed(
+    url: str, group: str, topic: str, partitions: int, enough: Callable[[int], bool],
+    procs: list[subprocess.Popen[bytes]], logs: list[Path], timeout: float = 120,
+) -> int:
+    """Wait until the group's committed total over ``topic`` satisfies ``enough`` while the
+    worker processes run; returns that total."""
+    deadline = time.monotonic() + timeout
+    while True:
+        total = sum((await committed_offsets(url, group, topic, partitions)).values())
+        if enough(total):
+            return total
+        for proc, log in zip(procs, logs, strict=True):
+            assert proc.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, f"committed {total}: {[log.read_text() for log in logs]}"
+        await asyncio.sleep(0.2)
+
+
 async def test_sigkill_restart_reprocesses_only_after_last_commit(log_url: str, unique: str, tmp_path: Path) -> None:
     total = 8000
     await produce_ints(log_url, f"{unique}-in", total)
@@ -194,15 +221,8 @@ async def test_sigkill_restart_reprocesses_only_after_last_commit(log_url: str, 
     try:
         # Kill it once it has committed something (read through the worker itself when it
         # owns an embedded log): a slow machine only makes the wait longer.
-        deadline = time.monotonic() + 90
-        while "streamkit worker: app" not in log.read_text():  # it owns the log from here on
-            assert proc.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            await asyncio.sleep(0.1)
-        while sum((await committed_offsets(log_url, unique, f"{unique}-in", 4)).values()) == 0:
-            assert proc.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            await asyncio.sleep(0.2)
+        await until_logged(proc, log, "streamkit worker: app")  # it owns the log from here on
+        await until_committed(log_url, unique, f"{unique}-in", 4, lambda n: n > 0, [proc], [log])
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
     finally:
@@ -211,11 +231,17 @@ async def test_sigkill_restart_reprocesses_only_after_last_commit(log_url: str, 
     done_before = await read_all(log_url, f"{unique}-out")
     assert 0 < sum(committed.values()) < total, (committed, log.read_text())
 
-    # Run again until everything is committed, each run ended gracefully with SIGTERM.
-    for _round in range(10):
+    # Run again until everything is committed, each run ended gracefully with SIGTERM once
+    # it committed more than the run before it did (or everything).
+    before = sum(committed.values())
+    for run in range(10):
+        log = tmp_path / f"worker-{run}.log"
         proc = start_worker(unique, log_url, 0.0, log)
         try:
-            await asyncio.sleep(4)
+            await until_logged(proc, log, "streamkit worker: app")
+            before = await until_committed(
+                log_url, unique, f"{unique}-in", 4, lambda n, b=before: n > b or n == total, [proc], [log]
+            )
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(30) == 0, log.read_text()
         finally:
@@ -246,9 +272,14 @@ async def test_two_workers_share_partitions_and_rebalance_without_loss(
     a = start_worker(unique, url, 0.003, log_a)
     b = None
     try:
-        await asyncio.sleep(3)
+        # b joins once a is mid-stream: a committed some records, not all.
+        done = await until_committed(url, unique, f"{unique}-in", 4, lambda n: n > 0, [a], [log_a])
+        assert done < total
         b = start_worker(unique, url, 0.003, log_b)
-        await asyncio.sleep(5)
+        # a leaves once b took its share and a is still mid-stream.
+        await until_logged(b, log_b, f"assigned {unique}-in-")
+        done = await until_committed(url, unique, f"{unique}-in", 4, lambda n, d=done: n > d, [a, b], [log_a, log_b])
+        assert done < total
         a.send_signal(leave)  # mid-stream: its partitions move to b
         code = a.wait(30)
         assert code == (0 if leave == signal.SIGTERM else -signal.SIGKILL), log_a.read_text()

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 import streamkit as sk
 from streamkit.testing import AppDriver
@@ -88,3 +89,34 @@ async def test_worker_command_serves_the_api_and_stops_gracefully(tmp_path: Path
         assert "stopped after" in rest and "Traceback" not in rest
     finally:
         proc.kill()
+
+
+async def test_health_is_503_once_the_worker_failed_or_stopped() -> None:
+    app = sk.App("webfail", on_error="stop")
+    src = app.topic("src", value_type=int)
+
+    @app.agent(src)
+    async def fragile(stream: sk.Stream) -> None:
+        async for v in stream:
+            if v == 1:
+                raise RuntimeError("boom")
+
+    driver = AppDriver(app)
+    async with driver, WebServer(driver.worker, port=0) as web, aiohttp.ClientSession() as http:
+        async with http.get(f"{web.url}/health") as r:
+            assert (r.status, await r.json()) == (200, {"status": "running"})
+        await driver.send(src, 0)
+        await driver.send(src, 1)
+        with pytest.raises(RuntimeError, match="boom"):
+            await asyncio.wait_for(driver.worker.wait(), 10)
+        async with http.get(f"{web.url}/health") as r:
+            assert (r.status, await r.json()) == (503, {"status": "failed"})
+        async with http.get(f"{web.url}/status") as r:
+            assert (await r.json())["state"] == "failed"
+
+    app2 = sk.App("webstop")
+    driver2 = AppDriver(app2)
+    async with driver2, WebServer(driver2.worker, port=0) as web, aiohttp.ClientSession() as http:
+        driver2.worker.request_stop()
+        async with http.get(f"{web.url}/health") as r:
+            assert (r.status, await r.json()) == (503, {"status": "stopped"})
