@@ -127,9 +127,13 @@ async def test_two_workers_route_queries_and_one_takes_over_the_others_table(tmp
            "PYTHONPATH": str(HERE)}
     await _produce(url, [])  # the input topic exists before the workers join
     first = WorkerProc(tmp_path, "a", env)
-    second = WorkerProc(tmp_path, "b", env)
+    second: WorkerProc | None = None
     try:
         await first.started()
+        # The second joins once the first holds everything: a group that two members join
+        # at the very same moment can keep rebalancing (seen once under load; see the note).
+        await _until(lambda: first.ready() == set(range(PARTITIONS)), "the first worker to hold every partition")
+        second = WorkerProc(tmp_path, "b", env)
         await second.started()
         await _until(lambda: first.ready() and second.ready()
                      and first.ready() | second.ready() == set(range(PARTITIONS))
@@ -171,6 +175,7 @@ async def test_two_workers_route_queries_and_one_takes_over_the_others_table(tmp
         else:
             assert replayed >= len({k for k in expected if partition_for_key(k.encode(), PARTITIONS) in victim_partitions}), taken
     finally:
-        second.stop(signal.SIGKILL)
+        if second is not None:
+            second.stop(signal.SIGKILL)
         first.stop()
         broker.stop()
