@@ -105,7 +105,7 @@ class LateRecord(Generic[V]):
     key: bytes
     ts_ms: int
     value: V
-    reason: str  # "window-closed", "session-closed" or "negative-timestamp"
+    reason: str  # "window-closed" or "negative-timestamp"
     stream_time_ms: int
 
 
@@ -200,8 +200,9 @@ class WindowAggregator(Generic[V, A]):
     def _process_session(
         self, spec: Session, key: bytes, ts: int, value: V, step: Step[V, A]
     ) -> str | None:
-        # Sessions of one key are more than a gap apart and those kept end within
-        # spec.retention_ms of stream time, so the scan up to ts + gap reads only a few.
+        # The sessions kept are the open ones (a closed session is deleted when it closes):
+        # they end within gap + grace of stream time and are more than a gap apart, so this
+        # scan of the key's sessions starting up to ts + gap reads only a few.
         lo, hi = window_range(key, MIN_MS, ts + spec.gap_ms)
         found = [(w.start, w.end, w) for w in self._scan(key, lo, hi)]
         merge = merge_session(spec, found, ts, self.stream_time.ms)

@@ -4,16 +4,16 @@ A session ``[start, end]`` runs from its first to its last record (both inclusiv
 ``ts`` joins every session of its key that ends at ``ts - gap`` or later and starts at
 ``ts + gap`` or earlier; those sessions and the record become one session spanning them all.
 
-Lateness (``SessionMerge.late``):
+A closed session (``stream time > end + gap + grace``, KAFKA-12718) is final: it was emitted
+on close and nothing changes it afterwards. So a record joins only the *open* sessions it
+reaches; a closed one within its gap is left as it is, even if the record then starts a new
+session less than a gap away from it. Kafka Streams merges a closed session that its store
+still holds, which depends on when its segments were dropped; ignoring closed sessions gives
+the same answer whatever the store's timing, and lets a session be deleted as soon as it
+closes (``Session.expire_bound``).
 
-* ``"window-closed"``: the merged session is already closed (``stream time > end + gap +
-  grace``), as Kafka Streams drops such a record;
-* ``"session-closed"``: the merged session would swallow a session that is closed. Kafka
-  Streams merges it anyway (its closed session was already emitted as final, and a second,
-  larger "final" session follows); we treat the record as late instead, so a session emitted
-  on close is never changed afterwards. Such a record is at most ``gap + grace`` behind
-  stream time, so ``Session.expire_bound`` keeps closed sessions one gap longer than Kafka
-  Streams does, and the answer does not depend on when the store deleted them.
+A record is late (``SessionMerge.late == "window-closed"``) when the session it would make is
+closed already, as Kafka Streams drops it.
 
 >>> from streamkit.windows.spec import Session
 >>> spec = Session(10)  # a 10 s gap
@@ -55,15 +55,15 @@ def merge_session(
 ) -> SessionMerge[T]:
     """Merge a record at ``ts_ms`` with the key's ``sessions`` (start, end, value).
 
-    ``sessions`` may hold sessions the record does not reach; they are ignored. Stream time is
-    the one after observing the record.
+    ``sessions`` may hold sessions the record does not reach, or closed ones; they are
+    ignored. Stream time is the one after observing the record.
     """
-    joined = [s for s in sessions if session_overlaps(spec, s[0], s[1], ts_ms)]
+    joined = [
+        s
+        for s in sessions
+        if session_overlaps(spec, s[0], s[1], ts_ms) and not spec.closed(s[1], stream_time_ms)
+    ]
     start = min([ts_ms, *(s[0] for s in joined)])
     end = max([ts_ms, *(s[1] for s in joined)])
-    late: str | None = None
-    if any(spec.closed(s[1], stream_time_ms) for s in joined):
-        late = "session-closed"
-    elif spec.closed(end, stream_time_ms):
-        late = "window-closed"
+    late = "window-closed" if spec.closed(end, stream_time_ms) else None
     return SessionMerge(start, end, joined, late)

@@ -22,7 +22,7 @@ spec          window              closed when (st = stream    retention (from st
 Tumbling      ``[start, end)``    ``st >= end + grace``       ``size + grace``
 Hopping       ``[start, end)``    ``st >= end + grace``       ``size + grace``
 Sliding       ``[start, end]``    ``st > end + grace``        ``2 * max_difference + grace``
-Session       ``[first, last]``   ``st > end + gap + grace``  (by end) ``2 * gap + grace``
+Session       ``[first, last]``   ``st > end + gap + grace``  (by end) ``gap + grace``
 ============  ==================  ==========================  ===============================
 
 Time windows are aligned to the epoch and never start before it (as Kafka Streams'
@@ -214,9 +214,8 @@ class Session:
 
     @property
     def retention_ms(self) -> int:
-        """How long after its end a session is kept (Kafka Streams keeps ``gap + grace``; we
-        keep one more gap, see ``expire_bound``)."""
-        return 2 * self.gap_ms + self.grace_ms
+        """How long after its end a session is kept: ``gap + grace``, as Kafka Streams."""
+        return self.gap_ms + self.grace_ms
 
     def close_bound(self, stream_time_ms: int) -> int:
         """Sessions with ``end < close_bound`` are closed (``stream time > end + gap + grace``,
@@ -227,10 +226,9 @@ class Session:
         return end_ms < self.close_bound(stream_time_ms)
 
     def expire_bound(self, stream_time_ms: int) -> int:
-        # A record that is not late (ts >= stream time - gap - grace) can still *touch* a closed
-        # session ending up to one gap before it; the session must stay so that record is
-        # recognised as late whatever the store's timing, so it goes one gap after it closes.
-        return stream_time_ms - 2 * self.gap_ms - self.grace_ms
+        # A closed session is final and never merged again (session.py), so it may go as soon
+        # as it closes.
+        return self.close_bound(stream_time_ms)
 
     def expired(self, end_ms: int, stream_time_ms: int) -> bool:
         return end_ms < self.expire_bound(stream_time_ms)
