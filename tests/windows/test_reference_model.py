@@ -52,9 +52,9 @@ class Model:
 
 
 def emit_closed(
-    model: Model, windows: dict[Window, Ids], closed: Any, emitted: set[Window]
+    model: Model, windows: dict[Window, Ids], closed: list[Window], emitted: set[Window]
 ) -> None:
-    newly = [w for w in windows if closed(w) and w not in emitted]
+    newly = [w for w in closed if w not in emitted]
     for key, start, end in sorted(newly, key=lambda w: (w[2], w[0], w[1])):
         emitted.add((key, start, end))
         model.closes.append((key, start, end, sorted(windows[(key, start, end)])))
@@ -76,7 +76,7 @@ def model_time(size: int, step: int, grace: int, records: list[Record]) -> Model
             model.late.append((i, "window-closed"))
         for s in open_starts:
             windows.setdefault((key, s, s + size), []).append(i)
-        emit_closed(model, windows, lambda w: now >= w[2] + grace, emitted)
+        emit_closed(model, windows, [w for w in windows if now >= w[2] + grace], emitted)
     model.final = {w: sorted(ids) for w, ids in windows.items() if now < w[2] + grace}
     return model
 
@@ -109,7 +109,8 @@ def model_session(gap: int, grace: int, records: list[Record]) -> Model:
         else:
             ids = [i] + [j for s in touched for j in s[2]]
             sessions[key] = [s for s in mine if s not in touched] + [(start, end, ids)]
-        emit_closed(model, all_sessions(), lambda w: closed(w[2]), emitted)
+        current = all_sessions()
+        emit_closed(model, current, [w for w in current if closed(w[2])], emitted)
     model.final = {w: ids for w, ids in all_sessions().items() if not closed(w[2])}
     return model
 
@@ -143,7 +144,8 @@ def model_sliding(d: int, grace: int, records: list[Record]) -> Model:
             model.late.append((i, "window-closed"))
         else:
             accepted.setdefault(key, []).append((ts, i))
-        emit_closed(model, all_windows(), lambda w: now > w[2] + grace, emitted)
+        windows = all_windows()
+        emit_closed(model, windows, [w for w in windows if now > w[2] + grace], emitted)
     model.final = {w: ids for w, ids in all_windows().items() if w[2] >= now - d - grace}
     return model
 
