@@ -24,10 +24,14 @@ For a record at ``ts``, ``plan_sliding`` reads the key's windows with start in
     ``(ts, ts + 1 + d]``), without the record.
 
 Lateness: a record is late when its left window is closed (``stream time > end + grace``).
-Kafka Streams still adds such a record to the later windows that are open, but then copies
-aggregates that lack it into new windows, so answers would depend on arrival order; dropping
-it keeps every window's aggregate equal to the records in it. Every window a record that is
-not late touches is then open, and ``Sliding.expire_bound`` keeps the windows the copies read.
+Kafka Streams drops a record only when *all* windows that could hold it are closed
+(``ts + d + grace < stream time``) and otherwise adds it to the open ones; but the windows
+created later are seeded by copying aggregates, and those copies cannot contain a record that
+skipped its own (closed) windows. Example: ``d = 3``, ``grace = 4``, records at 25, 19, 22: 19
+is accepted, yet ends up in no window, while ``[19, 22]`` (made when 22 arrives) holds only
+22. Dropping such a record keeps every window's aggregate equal to the records in it: every
+window a record that is not late touches is then open, and ``Sliding.expire_bound`` keeps the
+windows the copies read.
 """
 
 from __future__ import annotations

@@ -58,8 +58,10 @@ def duration_ms(value: Duration, what: str) -> int:
         raise ConfigError(
             f"{what} must be seconds (int or float) or a timedelta, not {value!r}"
         )
-    if not math.isfinite(ms) or abs(ms) > _MAX_MS:
+    if not math.isfinite(ms):
         raise ConfigError(f"{what} must be a finite duration, not {value!r}")
+    if abs(ms) > _MAX_MS:
+        raise ConfigError(f"{what} is too large: {value!r} (at most {_MAX_MS // 1000} s)")
     return round(ms)
 
 

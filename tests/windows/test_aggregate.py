@@ -125,6 +125,17 @@ def test_sliding_windows_follow_kafka_streams() -> None:
     assert table(shuffled.windows) == table(result.windows)
 
 
+def test_a_sliding_record_whose_left_window_is_closed_is_late() -> None:
+    # d = 3, grace = 4, records at 25, 19, 22. Kafka Streams would accept 19 (19 + 3 + 4 >= 25)
+    # yet put it in no window, as [19, 22] is later seeded without it; here 19 is late (its
+    # left window [16, 19] closed at 19 + 4 < 25) and every window holds exactly its records.
+    result = run(
+        Sliding(ms(3), grace=ms(4)), VALUES, [(b"k", 25, 25), (b"k", 19, 19), (b"k", 22, 22)]
+    )
+    assert [(late.ts_ms, late.reason) for late in result.late] == [(19, "window-closed")]
+    assert table(result.windows) == {(19, 22): [22], (22, 25): [22, 25], (23, 26): [25]}
+
+
 def test_time_windows_late_records_and_emit_close() -> None:
     spec = Tumbling(ms(10), grace=ms(2))
     result = run(

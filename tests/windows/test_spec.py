@@ -30,6 +30,7 @@ from streamkit.windows import Hopping, Session, Sliding, StreamTime, Tumbling, d
         (lambda: Tumbling(True), "window size must be seconds"),
         (lambda: Tumbling(float("nan")), "window size must be a finite duration"),
         (lambda: Session(float("inf")), "session gap must be a finite duration"),
+        (lambda: Tumbling(1e20), "window size is too large: 1e+20"),
     ],
 )
 def test_bad_arguments_raise_config_error(make: object, message: str) -> None:
