@@ -2,7 +2,7 @@
 
 ``WindowAggregator`` runs one window spec's algorithm (``spec``, ``session``, ``sliding``)
 record by record, in arrival order, over a ``WindowStore``; it does no I/O of its own and
-reads no clock: stream time is the largest timestamp it has seen (or been ``advance``\\ d to).
+reads no clock: stream time is the largest timestamp it has seen or was given by ``advance``.
 The engine wraps it per task with a table partition's store; the tests drive it with
 ``SortedMemoryStore``. Keys are bytes (the engine serializes them), values are whatever the
 ``Aggregation``'s functions take; aggregates cross the store as bytes through its codec.
