@@ -13,7 +13,11 @@ A spec is a frozen value. Durations are given in seconds (``int``/``float``) or 
   ``retention_ms`` is the same horizon counted from the window's start, as Kafka Streams counts
   its window store retention.
 
-The rules are Kafka Streams 3.x's (the reference):
+The rules are Kafka Streams 3.x's (the reference), with two deliberate differences that make
+answers independent of arrival order and store timing: a closed session is never merged
+again (``session.py``), and a sliding-window record is late as soon as its own left window is
+closed (``sliding.py``).
+
 
 ============  ==================  ==========================  ===============================
 spec          window              closed when (st = stream    retention (from start)
