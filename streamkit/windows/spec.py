@@ -18,7 +18,6 @@ answers independent of arrival order and store timing: a closed session is never
 again (``session.py``), and a sliding-window record is late as soon as its own left window is
 closed (``sliding.py``).
 
-
 ============  ==================  ==========================  ===============================
 spec          window              closed when (st = stream    retention (from start)
                                   time)
