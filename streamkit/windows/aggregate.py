@@ -1,0 +1,365 @@
+"""The windowed aggregation driver: records in, window aggregates, closes and late records out.
+
+``WindowAggregator`` runs one window spec's algorithm (``spec``, ``session``, ``sliding``)
+record by record, in arrival order, over a ``WindowStore``; it does no I/O of its own and
+reads no clock: stream time is the largest timestamp it has seen or was given by ``advance``.
+The engine wraps it per task with a table partition's store; the tests drive it with
+``SortedMemoryStore``. Keys are bytes (the engine serializes them), values are whatever the
+``Aggregation``'s functions take; aggregates cross the store as bytes through its codec.
+
+Store layout (all keys of the aggregator share one store)::
+
+    0x00 "stream_time"            -> 8 bytes: stream time (order-preserving int64, keys.encode_ms)
+    0x00 "emitted_until"          -> 8 bytes: close bound up to which windows were emitted
+    0x01 window key               -> 8 bytes max record timestamp | aggregate bytes
+    0x02 end (8 bytes) window key -> b"" (the windows ordered by end: closing and expiry)
+
+where *window key* is ``keys.encode_window_key(key, start, end)``. Both pieces of progress
+live in the store, so a restored store carries on with the same answers.
+
+Emit modes:
+
+* ``"update"``: every change of a window is emitted as it happens (a session merged away is
+  emitted with value ``None``);
+* ``"close"``: each window is emitted once, when stream time closes it; windows closing on the
+  same step come in order of end, key, start.
+
+A record is late, and reported instead of aggregated, when it has a negative timestamp or
+every window it would go to is closed (``spec.py`` gives the close rules; ``session.py`` and
+``sliding.py`` the refinements for their window types).
+
+>>> from streamkit.windows.spec import Tumbling
+>>> count = Aggregation(lambda: 0, lambda n, _v: n + 1, lambda n: str(n).encode(), int)
+>>> agg = WindowAggregator(Tumbling(10), count, emit="close")
+>>> [agg.process(b"k", ts, None).emitted for ts in (1_000, 4_000, 12_000)]
+[[], [], [WindowResult(key=b'k', start_ms=0, end_ms=10000, value=2)]]
+>>> agg.process(b"k", 25_000, None).emitted
+[WindowResult(key=b'k', start_ms=10000, end_ms=20000, value=1)]
+>>> agg.process(b"k", 5_000, None).late.reason
+'window-closed'
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Generic, Literal, TypeVar
+
+from streamkit._core.errors import ConfigError
+from streamkit.windows.keys import (
+    MIN_MS,
+    decode_ms,
+    decode_window_key,
+    encode_ms,
+    encode_window_key,
+    key_prefix,
+    window_range,
+)
+from streamkit.windows.session import merge_session
+from streamkit.windows.sliding import fetch_bounds, plan_sliding, sliding_late
+from streamkit.windows.spec import Hopping, Session, Sliding, WindowSpec
+from streamkit.windows.store import SortedMemoryStore, WindowStore
+from streamkit.windows.streamtime import StreamTime
+
+V = TypeVar("V")
+A = TypeVar("A")
+
+Emit = Literal["update", "close"]
+
+_META = b"\x00"
+_STREAM_TIME_KEY = _META + b"stream_time"
+_EMITTED_KEY = _META + b"emitted_until"
+_DATA = b"\x01"
+_BY_END = b"\x02"
+_BY_END_STOP = b"\x03"
+_MAX_TS = struct.Struct(">q")
+
+
+@dataclass(frozen=True)
+class Aggregation(Generic[V, A]):
+    """The user's aggregate: ``initializer() -> A``, ``adder(agg, value) -> A``, the codec of
+    ``A`` to and from bytes, and for sessions ``merger(agg, agg) -> A``."""
+
+    initializer: Callable[[], A]
+    adder: Callable[[A, V], A]
+    serialize: Callable[[A], bytes]
+    deserialize: Callable[[bytes], A]
+    merger: Callable[[A, A], A] | None = None
+
+
+@dataclass(frozen=True)
+class WindowResult(Generic[A]):
+    """A window's aggregate as emitted (``value`` None: the session was merged away)."""
+
+    key: bytes
+    start_ms: int
+    end_ms: int
+    value: A | None
+
+
+@dataclass(frozen=True)
+class LateRecord(Generic[V]):
+    """A record that went to no window, and why."""
+
+    key: bytes
+    ts_ms: int
+    value: V
+    reason: str  # "window-closed" or "negative-timestamp"
+    stream_time_ms: int
+
+
+@dataclass
+class Step(Generic[V, A]):
+    """What one record (or one ``advance``) produced."""
+
+    emitted: list[WindowResult[A]] = field(default_factory=list)
+    late: LateRecord[V] | None = None
+
+
+@dataclass
+class _Window(Generic[A]):
+    start: int
+    end: int
+    max_ts: int
+    value: A
+
+
+class WindowAggregator(Generic[V, A]):
+    """Aggregates records into ``spec``'s windows, per key, in a ``WindowStore``."""
+
+    def __init__(
+        self,
+        spec: WindowSpec,
+        aggregation: Aggregation[V, A],
+        store: WindowStore | None = None,
+        *,
+        emit: Emit = "update",
+    ) -> None:
+        if emit not in ("update", "close"):
+            raise ConfigError(f"emit must be 'update' or 'close', not {emit!r}")
+        if isinstance(spec, Session) and aggregation.merger is None:
+            raise ConfigError("session windows need an aggregation with a merger")
+        self.spec = spec
+        self.aggregation = aggregation
+        self.store: WindowStore = store if store is not None else SortedMemoryStore()
+        self.emit: Emit = emit
+        raw = self.store.get(_STREAM_TIME_KEY)
+        self.stream_time = StreamTime(decode_ms(raw) if raw is not None else -1)
+        raw = self.store.get(_EMITTED_KEY)
+        self._emitted_until = decode_ms(raw) if raw is not None else MIN_MS
+
+    # -- records --------------------------------------------------------------------------
+
+    def process(self, key: bytes, ts_ms: int, value: V) -> Step[V, A]:
+        """Aggregate one record; what it emitted, or why it is late."""
+        step: Step[V, A] = Step()
+        if ts_ms < 0:
+            step.late = LateRecord(key, ts_ms, value, "negative-timestamp", self.stream_time.ms)
+            return step
+        if self.stream_time.advance(ts_ms):
+            self.store.put(_STREAM_TIME_KEY, encode_ms(self.stream_time.ms))
+        spec = self.spec
+        if isinstance(spec, Hopping):
+            reason = self._process_time(spec, key, ts_ms, value, step)
+        elif isinstance(spec, Session):
+            reason = self._process_session(spec, key, ts_ms, value, step)
+        else:
+            reason = self._process_sliding(spec, key, ts_ms, value, step)
+        if reason is not None:
+            step.late = LateRecord(key, ts_ms, value, reason, self.stream_time.ms)
+        self._close_and_expire(step)
+        return step
+
+    def advance(self, stream_time_ms: int) -> Step[V, A]:
+        """Move stream time forward without a record (e.g. the task's stream time moved):
+        emits the windows this closes and deletes the ones it expires."""
+        step: Step[V, A] = Step()
+        if self.stream_time.advance(stream_time_ms):
+            self.store.put(_STREAM_TIME_KEY, encode_ms(self.stream_time.ms))
+            self._close_and_expire(step)
+        return step
+
+    def _process_time(
+        self, spec: Hopping, key: bytes, ts: int, value: V, step: Step[V, A]
+    ) -> str | None:
+        now = self.stream_time.ms
+        targets = [w for w in spec.windows_for(ts) if not spec.closed(w[1], now)]
+        if not targets:
+            return "window-closed"
+        for start, end in targets:
+            window = self._get(key, start, end)
+            if window is None:
+                window = _Window(start, end, ts, self.aggregation.initializer())
+                self._index(key, start, end)
+            window.value = self.aggregation.adder(window.value, value)
+            window.max_ts = max(window.max_ts, ts)
+            self._put(key, window, step)
+        return None
+
+    def _process_session(
+        self, spec: Session, key: bytes, ts: int, value: V, step: Step[V, A]
+    ) -> str | None:
+        # The sessions kept are the open ones (a closed session is deleted when it closes):
+        # they end within gap + grace of stream time and are more than a gap apart, so this
+        # scan of the key's sessions starting up to ts + gap reads only a few.
+        lo, hi = window_range(key, MIN_MS, ts + spec.gap_ms)
+        found = [(w.start, w.end, w) for w in self._scan(key, lo, hi)]
+        merge = merge_session(spec, found, ts, self.stream_time.ms)
+        if merge.late is not None:
+            return merge.late
+        merger = self.aggregation.merger
+        assert merger is not None  # checked in __init__
+        agg = self.aggregation.initializer()
+        max_ts = ts
+        for start, end, window in merge.replaces:
+            agg = merger(agg, window.value)
+            max_ts = max(max_ts, window.max_ts)
+            self._delete(key, start, end)
+            if (start, end) != (merge.start_ms, merge.end_ms) and self.emit == "update":
+                step.emitted.append(WindowResult(key, start, end, None))
+        agg = self.aggregation.adder(agg, value)
+        self._index(key, merge.start_ms, merge.end_ms)
+        self._put(key, _Window(merge.start_ms, merge.end_ms, max_ts, agg), step)
+        return None
+
+    def _process_sliding(
+        self, spec: Sliding, key: bytes, ts: int, value: V, step: Step[V, A]
+    ) -> str | None:
+        if sliding_late(spec, ts, self.stream_time.ms):
+            return "window-closed"
+        lo, hi = window_range(key, *fetch_bounds(spec, ts))
+        existing = {w.start: w for w in self._scan(key, lo, hi)}
+        plan = plan_sliding(spec, ts, [(w.start, w.max_ts) for w in existing.values()])
+        adder = self.aggregation.adder
+        changed: list[_Window[A]] = []
+        for new in plan.create:
+            start, end = spec.window_for_start(new.start_ms)
+            if new.copy_from is None:
+                window = _Window(start, end, ts, self.aggregation.initializer())
+            else:
+                seed = existing[new.copy_from]
+                # The copy must not share a mutable aggregate with its seed.
+                copied = self.aggregation.deserialize(self.aggregation.serialize(seed.value))
+                window = _Window(start, end, seed.max_ts, copied)
+            if new.add_record:
+                window.value = adder(window.value, value)
+                window.max_ts = max(window.max_ts, ts)
+            self._index(key, start, end)
+            changed.append(window)
+        for start in plan.update:
+            window = existing[start]
+            window.value = adder(window.value, value)
+            window.max_ts = max(window.max_ts, ts)
+            changed.append(window)
+        for window in sorted(changed, key=lambda w: w.start):
+            self._put(key, window, step)
+        return None
+
+    # -- closing and expiry ---------------------------------------------------------------
+
+    def _close_and_expire(self, step: Step[V, A]) -> None:
+        now = self.stream_time.ms
+        if now < 0:
+            return
+        if self.emit == "close":
+            bound = self.spec.close_bound(now)
+            if bound > self._emitted_until:
+                lo = _BY_END + encode_ms(self._emitted_until)
+                for index_key, _ in list(self.store.range(lo, _BY_END + encode_ms(bound))):
+                    key, start, end = decode_window_key(index_key[9:])
+                    window = self._get(key, start, end)
+                    if window is not None:
+                        step.emitted.append(WindowResult(key, start, end, window.value))
+                self._emitted_until = bound
+                self.store.put(_EMITTED_KEY, encode_ms(bound))
+        expire_hi = _BY_END + encode_ms(self.spec.expire_bound(now))
+        for index_key, _ in list(self.store.range(_BY_END, expire_hi)):
+            key, start, end = decode_window_key(index_key[9:])
+            self._delete(key, start, end)
+
+    # -- reading --------------------------------------------------------------------------
+
+    def windows(self, key: bytes | None = None) -> Iterator[WindowResult[A]]:
+        """The stored windows (of ``key``, or of every key), in order of key and start."""
+        if key is None:
+            lo, hi = _DATA, _BY_END
+        else:
+            prefix = key_prefix(key)
+            lo, hi = _DATA + prefix, _DATA + prefix[:-1] + b"\x02"
+        for data_key, raw in self.store.range(lo, hi):
+            k, start, end = decode_window_key(data_key[1:])
+            yield WindowResult(k, start, end, self.aggregation.deserialize(raw[8:]))
+
+    def fetch(self, key: bytes, start_ms: int, end_ms: int) -> A | None:
+        """The aggregate of one window, if stored."""
+        window = self._get(key, start_ms, end_ms)
+        return None if window is None else window.value
+
+    # -- store access ---------------------------------------------------------------------
+
+    def _get(self, key: bytes, start: int, end: int) -> _Window[A] | None:
+        raw = self.store.get(_DATA + encode_window_key(key, start, end))
+        if raw is None:
+            return None
+        return _Window(start, end, _MAX_TS.unpack(raw[:8])[0], self.aggregation.deserialize(raw[8:]))
+
+    def _scan(self, key: bytes, lo: bytes, hi: bytes) -> list[_Window[A]]:
+        found = []
+        for data_key, raw in list(self.store.range(_DATA + lo, _DATA + hi)):
+            _k, start, end = decode_window_key(data_key[1:])
+            value = self.aggregation.deserialize(raw[8:])
+            found.append(_Window(start, end, _MAX_TS.unpack(raw[:8])[0], value))
+        return found
+
+    def _put(self, key: bytes, window: _Window[A], step: Step[V, A]) -> None:
+        raw = _MAX_TS.pack(window.max_ts) + self.aggregation.serialize(window.value)
+        self.store.put(_DATA + encode_window_key(key, window.start, window.end), raw)
+        if self.emit == "update":
+            step.emitted.append(WindowResult(key, window.start, window.end, window.value))
+
+    def _index(self, key: bytes, start: int, end: int) -> None:
+        self.store.put(_BY_END + encode_ms(end) + encode_window_key(key, start, end), b"")
+
+    def _delete(self, key: bytes, start: int, end: int) -> None:
+        window_key = encode_window_key(key, start, end)
+        self.store.delete(_DATA + window_key)
+        self.store.delete(_BY_END + encode_ms(end) + window_key)
+
+
+@dataclass
+class RunResult(Generic[V, A]):
+    """Everything ``run`` saw: the windows stored at the end, the emitted windows in order and
+    the late records in order."""
+
+    windows: list[WindowResult[A]]
+    emitted: list[WindowResult[A]]
+    late: list[LateRecord[V]]
+    stream_time_ms: int
+
+
+def run(
+    spec: WindowSpec,
+    aggregation: Aggregation[V, A],
+    records: Iterable[tuple[bytes, int, V]],
+    *,
+    emit: Emit = "update",
+    store: WindowStore | None = None,
+) -> RunResult[V, A]:
+    """Aggregate ``records`` ``(key, ts_ms, value)`` in order with a fresh aggregator.
+
+    >>> from streamkit.windows.spec import Tumbling
+    >>> count = Aggregation(lambda: 0, lambda n, _v: n + 1, lambda n: str(n).encode(), int)
+    >>> result = run(Tumbling(10), count, [(b"a", 1000, None), (b"a", 2000, None)])
+    >>> [(w.start_ms, w.value) for w in result.windows]
+    [(0, 2)]
+    """
+    aggregator = WindowAggregator(spec, aggregation, store, emit=emit)
+    emitted: list[WindowResult[A]] = []
+    late: list[LateRecord[V]] = []
+    for key, ts, value in records:
+        step = aggregator.process(key, ts, value)
+        emitted.extend(step.emitted)
+        if step.late is not None:
+            late.append(step.late)
+    return RunResult(list(aggregator.windows()), emitted, late, aggregator.stream_time.ms)

@@ -1,0 +1,236 @@
+"""The aggregation driver on known examples: Kafka Streams' session example, sliding windows,
+emit modes, restore from the store, and expiry keeping state bounded."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+from streamkit._core.errors import ConfigError
+from streamkit.windows import (
+    Aggregation,
+    Hopping,
+    Session,
+    Sliding,
+    SortedMemoryStore,
+    Tumbling,
+    WindowAggregator,
+    WindowResult,
+    WindowSpec,
+    merge_session,
+    run,
+)
+
+SUM: Aggregation[int, int] = Aggregation(
+    initializer=lambda: 0,
+    adder=lambda total, v: total + v,
+    serialize=lambda total: str(total).encode(),
+    deserialize=int,
+    merger=lambda a, b: a + b,
+)
+VALUES: Aggregation[int, list[int]] = Aggregation(
+    initializer=list,
+    adder=lambda values, v: sorted([*values, v]),
+    serialize=lambda values: json.dumps(values).encode(),
+    deserialize=json.loads,
+    merger=lambda a, b: sorted(a + b),
+)
+
+
+def ms(value: int) -> timedelta:
+    return timedelta(milliseconds=value)
+
+
+def table(results: list[WindowResult[list[int]]]) -> dict[tuple[int, int], list[int] | None]:
+    return {(w.start_ms, w.end_ms): w.value for w in results}
+
+
+def test_kafka_streams_session_example_merges_two_sessions() -> None:
+    # SessionWindows' javadoc: gap 5; A at 10, 12, 20 makes [10, 12] and [20, 20]; a record at
+    # 16 then bridges them into [10, 20] holding all four values. (The grace keeps [10, 12]
+    # open at stream time 20; see the next test for when it is closed.)
+    agg = WindowAggregator(Session(ms(5), grace=ms(10)), VALUES)
+    for ts, value in ((10, 1), (12, 2), (20, 3)):
+        agg.process(b"A", ts, value)
+    assert table(list(agg.windows())) == {(10, 12): [1, 2], (20, 20): [3]}
+    step = agg.process(b"A", 16, 4)
+    assert step.late is None
+    # The merged-away sessions are emitted as removed, then the merged one.
+    assert step.emitted == [
+        WindowResult(b"A", 10, 12, None),
+        WindowResult(b"A", 20, 20, None),
+        WindowResult(b"A", 10, 20, [1, 2, 3, 4]),
+    ]
+    assert table(list(agg.windows())) == {(10, 20): [1, 2, 3, 4]}
+
+
+def test_a_closed_session_is_final_and_never_merged_again() -> None:
+    # The same records without grace: at stream time 20, [10, 12] is closed (20 > 12 + 5), so
+    # emit="close" has emitted it as final. The record at 16 (not late: its session would
+    # close only after 16 + 5) joins [20, 20] alone.
+    result = run(
+        Session(ms(5)),
+        VALUES,
+        [(b"A", 10, 1), (b"A", 12, 2), (b"A", 20, 3), (b"A", 16, 4), (b"A", 40, 5)],
+        emit="close",
+    )
+    assert [(w.start_ms, w.end_ms, w.value) for w in result.emitted] == [
+        (10, 12, [1, 2]),
+        (16, 20, [3, 4]),
+    ]
+    assert result.late == []
+
+
+def test_merge_session_ignores_closed_and_unreachable_sessions() -> None:
+    spec = Session(ms(5))
+    sessions = [(0, 2, "closed"), (10, 12, "open"), (30, 31, "far")]
+    merge = merge_session(spec, sessions, 14, stream_time_ms=14)
+    assert (merge.start_ms, merge.end_ms, merge.late) == (10, 14, None)
+    assert merge.replaces == [(10, 12, "open")]
+    # At stream time 17, [0, 2] is closed (17 > 2 + 5) and [10, 12] is not: a record at 6
+    # reaches both but joins only the open one.
+    merge = merge_session(spec, sessions, 6, stream_time_ms=17)
+    assert (merge.start_ms, merge.end_ms) == (6, 12)
+    assert merge.replaces == [(10, 12, "open")]
+    late = merge_session(spec, [], 3, stream_time_ms=20)
+    assert late.late == "window-closed"
+
+
+def test_session_records_inside_a_session_update_it_in_place() -> None:
+    agg = WindowAggregator(Session(ms(5)), SUM)
+    agg.process(b"k", 10, 1)
+    agg.process(b"k", 14, 2)
+    step = agg.process(b"k", 12, 3)  # inside [10, 14]: same window, no removal emitted
+    assert step.emitted == [WindowResult(b"k", 10, 14, 6)]
+
+
+def test_sliding_windows_follow_kafka_streams() -> None:
+    # d = 10: records at 10, 15, 30 make [0, 10] {10}, [5, 15] {10, 15}, the right window of 10
+    # [11, 21] {15}, and [20, 30] {30}; 15 has no later record within 11 ms, so no [16, 26].
+    result = run(
+        Sliding(ms(10), grace=ms(100)), VALUES, [(b"k", 10, 10), (b"k", 15, 15), (b"k", 30, 30)]
+    )
+    assert table(result.windows) == {
+        (0, 10): [10],
+        (5, 15): [10, 15],
+        (11, 21): [15],
+        (20, 30): [30],
+    }
+    # The same records out of order give the same windows.
+    shuffled = run(
+        Sliding(ms(10), grace=ms(100)), VALUES, [(b"k", 30, 30), (b"k", 15, 15), (b"k", 10, 10)]
+    )
+    assert table(shuffled.windows) == table(result.windows)
+
+
+def test_a_sliding_record_whose_left_window_is_closed_is_late() -> None:
+    # d = 3, grace = 4, records at 25, 19, 22. Kafka Streams would accept 19 (19 + 3 + 4 >= 25)
+    # yet put it in no window, as [19, 22] is later seeded without it; here 19 is late (its
+    # left window [16, 19] closed at 19 + 4 < 25) and every window holds exactly its records.
+    result = run(
+        Sliding(ms(3), grace=ms(4)), VALUES, [(b"k", 25, 25), (b"k", 19, 19), (b"k", 22, 22)]
+    )
+    assert [(late.ts_ms, late.reason) for late in result.late] == [(19, "window-closed")]
+    assert table(result.windows) == {(19, 22): [22], (22, 25): [22, 25], (23, 26): [25]}
+
+
+def test_time_windows_late_records_and_emit_close() -> None:
+    spec = Tumbling(ms(10), grace=ms(2))
+    result = run(
+        spec,
+        SUM,
+        [(b"k", 1, 1), (b"k", 11, 2), (b"k", 9, 4), (b"k", 12, 8), (b"k", 5, 16), (b"k", -3, 32)],
+        emit="close",
+    )
+    # 9 arrives at stream time 11 < 10 + 2: still counted. At 12 the window [0, 10) closes;
+    # 5 is then late, and a negative timestamp belongs to no window.
+    assert [(w.start_ms, w.value) for w in result.emitted] == [(0, 5)]
+    assert [(late.ts_ms, late.reason, late.stream_time_ms) for late in result.late] == [
+        (5, "window-closed", 12),
+        (-3, "negative-timestamp", 12),
+    ]
+    assert [(w.start_ms, w.value) for w in result.windows] == [(10, 10)]
+
+
+def test_advance_closes_windows_without_a_record() -> None:
+    agg = WindowAggregator(Hopping(ms(10), ms(5)), SUM, emit="close")
+    agg.process(b"k", 7, 1)
+    assert agg.advance(9).emitted == []
+    assert [(w.start_ms, w.value) for w in agg.advance(10).emitted] == [(0, 1)]
+    assert [(w.start_ms, w.value) for w in agg.advance(100).emitted] == [(5, 1)]
+    assert agg.advance(50).emitted == []  # stream time never goes back
+    assert list(agg.windows()) == []
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        Tumbling(ms(10), grace=ms(3)),
+        Hopping(ms(10), ms(3), grace=ms(3)),
+        Sliding(ms(7), grace=ms(3)),
+        Session(ms(4), grace=ms(3)),
+    ],
+)
+def test_a_restored_store_carries_on_with_the_same_answers(spec: WindowSpec) -> None:
+    records = [(bytes([65 + i % 3]), (i * 7919) % 60 + i // 2, i) for i in range(120)]
+    records += [(b"A", 10, 120), (b"B", 200, 121), (b"B", 150, 122), (b"C", 201, 123)]
+    whole = run(spec, VALUES, records, emit="close")
+    store = SortedMemoryStore()
+    first = run(spec, VALUES, records[:50], emit="close", store=store)
+    # A new aggregator over the same store: stream time and what was emitted come back.
+    second = run(spec, VALUES, records[50:], emit="close", store=store)
+    assert first.emitted + second.emitted == whole.emitted
+    assert first.late + second.late == whole.late
+    assert second.windows == whole.windows
+    assert whole.emitted and whole.late  # the input exercises both
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        Tumbling(ms(100), grace=ms(50)),
+        Hopping(ms(100), ms(10), grace=ms(50)),
+        Sliding(ms(100), grace=ms(50)),
+        Session(ms(20), grace=ms(50)),
+    ],
+)
+def test_expiry_keeps_state_bounded_over_a_long_run(spec: WindowSpec) -> None:
+    store = SortedMemoryStore()
+    agg = WindowAggregator(spec, SUM, store, emit="close")
+    keys = [f"user-{i}".encode() for i in range(5)]
+    sizes = []
+    emitted = 0
+    for i in range(20_000):
+        # Time advances 3 ms a record, with records up to 40 ms out of order.
+        ts = 3 * i - (i * 37) % 41
+        step = agg.process(keys[i % len(keys)], ts, 1)
+        emitted += len(step.emitted)
+        sizes.append(len(store))
+    # Each key holds only the windows of the last retention period (plus its index entries
+    # and two progress entries), however long the run.
+    assert max(sizes[1_000:]) <= max(sizes[:1_000]) * 1.5
+    assert max(sizes) < 2 * len(keys) * 2 * (spec.retention_ms // 3 + 10)
+    assert emitted > 1_000
+    # Every window left is one stream time still needs.
+    now = agg.stream_time.ms
+    assert all(not spec.expired(w.end_ms, now) for w in agg.windows())
+
+
+def test_bad_driver_arguments_raise_config_error() -> None:
+    with pytest.raises(ConfigError, match="emit must be 'update' or 'close'"):
+        WindowAggregator(Tumbling(1), SUM, emit="final")  # type: ignore[arg-type]
+    no_merger = Aggregation(lambda: 0, lambda a, v: a + v, lambda a: b"", lambda b: 0)
+    with pytest.raises(ConfigError, match="session windows need an aggregation with a merger"):
+        WindowAggregator(Session(1), no_merger)
+
+
+def test_windows_of_one_key_and_fetch() -> None:
+    agg = WindowAggregator(Tumbling(ms(10), grace=ms(10)), SUM)
+    for key, ts in ((b"a", 1), (b"a\x00", 2), (b"a", 12), (b"b", 3)):
+        agg.process(key, ts, 1)
+    assert [(w.key, w.start_ms) for w in agg.windows(b"a")] == [(b"a", 0), (b"a", 10)]
+    assert [w.key for w in agg.windows()] == [b"a", b"a", b"a\x00", b"b"]
+    assert agg.fetch(b"a", 10, 20) == 1
+    assert agg.fetch(b"a", 20, 30) is None

@@ -1,0 +1,31 @@
+"""The examples in the windows package's docstrings run, and ``__all__`` is exact."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import pkgutil
+
+import pytest
+
+import streamkit.windows
+
+MODULES = ["aggregate", "keys", "session", "sliding", "spec", "store", "streamtime"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name: str) -> None:
+    module = importlib.import_module(f"streamkit.windows.{name}")
+    result = doctest.testmod(module, raise_on_error=False, verbose=False)
+    assert result.attempted > 0, f"{name} has no docstring examples"
+    assert result.failed == 0
+
+
+def test_every_module_is_listed() -> None:
+    names = sorted(m.name for m in pkgutil.iter_modules(streamkit.windows.__path__))
+    assert names == sorted(MODULES)
+
+
+def test_public_names() -> None:
+    exported = {name for name in dir(streamkit.windows) if not name.startswith("_")}
+    assert set(streamkit.windows.__all__) == exported - set(MODULES)
