@@ -37,9 +37,12 @@ from typing import TYPE_CHECKING, Any
 
 from streamkit._core.errors import ConfigError
 from streamkit.streams import Event, Stream
-from streamkit.tables.partition import MISSING
+from streamkit.tables.errors import TableError
+from streamkit.tables.partition import MISSING, SortedPartition
 from streamkit.tables.table import Table
 from streamkit.topics import Topic
+from streamkit.windows.spec import WindowSpec
+from streamkit.windows.wtable import WindowedTable
 
 if TYPE_CHECKING:
     from streamkit.app import App
@@ -112,11 +115,18 @@ class TableJoin:
 
 
 @dataclass(frozen=True, slots=True)
+class WindowedAggregate:
+    """Into a windowed table: the table holds the window spec and the aggregation."""
+
+    table: WindowedTable
+
+
+@dataclass(frozen=True, slots=True)
 class Sink:
     topic: Topic
 
 
-Node = Source | Map | GroupBy | Join | Aggregate | TableJoin | Sink
+Node = Source | Map | GroupBy | Join | Aggregate | WindowedAggregate | TableJoin | Sink
 Pipeline = tuple[Node, ...]
 
 
@@ -207,6 +217,11 @@ class KGroupedStream:
         options.setdefault("default", int)
         return _aggregate(self.app, self.nodes, name, options, "count")
 
+    def window(self, spec: WindowSpec) -> KWindowedStream:
+        """Aggregate per event-time window (``streamkit.windows``: Tumbling, Hopping,
+        Sliding, Session) instead of per key."""
+        return KWindowedStream(self.app, self.nodes, spec)
+
     def sum(self, name: str, fn: Callable[[Any], Any] | None = None, **options: Any) -> KTable:
         options.setdefault("default", int)
         return _aggregate(self.app, self.nodes, name, options, "sum", fn=_plain(fn, "sum") if fn else None)
@@ -222,6 +237,56 @@ class KGroupedStream:
             self.app, self.nodes, name, options, "aggregate",
             fn=_plain(adder, "aggregate"), initializer=_plain(initializer, "aggregate initializer"),
         )
+
+
+class KWindowedStream:
+    """A grouped stream cut into event-time windows, ready to aggregate per key and window.
+
+    A window closes when the table's stream time (the largest timestamp it has seen) reaches
+    its end + grace; a record whose windows are all closed is late: it changes nothing and goes
+    to ``<app>-late`` with headers saying why."""
+
+    def __init__(self, app: App, nodes: Pipeline, spec: WindowSpec) -> None:
+        self.app = app
+        self.nodes = nodes
+        self.spec = spec
+
+    def count(self, name: str, **options: Any) -> KWindowedTable:
+        return self._aggregate(name, options, lambda: 0, lambda agg, kv: agg + 1, lambda a, b: a + b)
+
+    def aggregate(
+        self, name: str, initializer: Callable[[], Any], adder: Callable[[Any, Any, Any], Any],
+        merger: Callable[[Any, Any, Any], Any] | None = None, **options: Any,
+    ) -> KWindowedTable:
+        """``adder(key, value, aggregate)``; for session windows ``merger(key, a, b)`` joins
+        the aggregates of two sessions a record bridges."""
+        add = _plain(adder, "aggregate")
+        merge = _plain(merger, "aggregate merger") if merger is not None else None
+        return self._aggregate(
+            name, options, _plain(initializer, "aggregate initializer"),
+            lambda agg, kv: add(kv[0], kv[1], agg),
+            (lambda a, b: merge(None, a, b)) if merge is not None else None,
+        )
+
+    def reduce(self, name: str, fn: Callable[[Any, Any], Any], **options: Any) -> KWindowedTable:
+        reducer = _plain(fn, "reduce")
+        return self._aggregate(
+            name, options, lambda: None,
+            lambda agg, kv: kv[1] if agg is None else reducer(agg, kv[1]), reducer,
+        )
+
+    def _aggregate(
+        self, name: str, options: dict[str, Any], initializer: Callable[[], Any],
+        adder: Callable[[Any, Any], Any], merger: Callable[[Any, Any], Any] | None,
+    ) -> KWindowedTable:
+        table = self.app._declare_table(
+            name, WindowedTable,
+            {**options, "spec": self.spec, "initializer": initializer, "adder": adder, "merger": merger},
+        )
+        assert isinstance(table, WindowedTable)
+        pipeline: Pipeline = (*self.nodes, WindowedAggregate(table))
+        self.app._register_pipeline(pipeline, name)
+        return KWindowedTable(self.app, table, pipeline)
 
 
 class KTable:
@@ -294,6 +359,40 @@ def copartitioning_errors(pipelines: list[Pipeline], count_of: Callable[[Topic],
                     f"have the same partitions="
                 )
     return errors
+
+
+class KWindowedTable:
+    """A declarative windowed table: its ``WindowedTable`` and the pipeline that fills it."""
+
+    def __init__(self, app: App, table: WindowedTable, pipeline: Pipeline) -> None:
+        self.app = app
+        self.table = table
+        self.pipeline = pipeline
+
+    def __repr__(self) -> str:
+        return f"<KWindowedTable {self.table.name!r}>"
+
+    def windows(self, key: Any, from_ms: int | None = None, to_ms: int | None = None) -> list[dict[str, Any]]:
+        return self.table.windows(key, from_ms, to_ms)
+
+    def items(self) -> Any:
+        return self.table.items()
+
+    def to_stream(self, emit: str = "update") -> KStream:
+        """The stream of the table's windows, keyed by the group key, with the JSON value
+        ``{"window_start": ms, "window_end": ms, "value": v}``: every change (``"update"``),
+        or each window once, when it closes (``"close"``, Kafka Streams' suppress)."""
+        table = self.table
+        table.choose_emit(emit)
+        if table.emitted_topic is None:
+            table.emitted_topic = self.app.topic(
+                f"{self.app.id}-{table.name}-windows",
+                key_serializer=table.group_key_serde,
+                value_serializer="json",
+                partitions=table.declared_partitions,
+                internal=True,
+            )
+        return KStream(self.app, (Source(table.emitted_topic),))
 
 
 def table_stream(app: App, table: Table) -> KStream:
@@ -392,6 +491,8 @@ def _stage(name: str, topic: Topic, nodes: tuple[Node, ...], terminal: Node) -> 
                     yield value
 
         return CompiledAgent(name, [topic], forward, [terminal.topic])
+    if isinstance(terminal, WindowedAggregate):
+        return CompiledAgent(name, [topic], _windowed_agent(terminal.table, run), [])
     if isinstance(terminal, Aggregate):
         apply = _aggregator(terminal)
 
@@ -402,6 +503,46 @@ def _stage(name: str, topic: Topic, nodes: tuple[Node, ...], terminal: Node) -> 
 
         return CompiledAgent(name, [topic], aggregate, [])
     raise ConfigError(f"a pipeline ends in a sink or a table, not {type(terminal).__name__}")
+
+
+def _windowed_agent(table: WindowedTable, run: Callable[[Any, Any], Pairs]) -> Callable[[Stream], Any]:
+    """An agent feeding each output of ``run`` to the window driver of its event's partition:
+    emitted windows go to the table's windows topic (when ``to_stream`` asked for it), late
+    records to ``<app>-late``."""
+    key_dumps, key_loads = table.group_key_serde.dumps, table.group_key_serde.loads
+
+    async def aggregate_windows(stream: Stream) -> None:
+        drivers: dict[int, tuple[SortedPartition, Any]] = {}
+        async for event in stream.events():
+            state = table.partition_state(event.partition)
+            if not isinstance(state, SortedPartition):
+                raise TableError(f"windowed table {table.name!r} has no partition {event.partition} here")
+            held = drivers.get(event.partition)
+            if held is None or held[0] is not state:  # (re)assigned: a driver over the new state
+                held = drivers[event.partition] = (state, table.aggregator(state))
+            state.timestamp_ms = event.timestamp
+            for key, value in run(event.key, event.value):
+                step = held[1].process(key_dumps(key) or b"", event.timestamp, (key, value))
+                emitted = table.emitted_topic
+                for window in step.emitted if emitted is not None else ():
+                    await emitted.send(
+                        key=key_loads(window.key),
+                        value={"window_start": window.start_ms, "window_end": window.end_ms, "value": window.value},
+                    )
+                late = step.late
+                if late is not None:
+                    await table.late_topic.send(
+                        key=late.key,
+                        value=value,
+                        headers=[
+                            ("streamkit.table", table.name),
+                            ("streamkit.reason", late.reason),
+                            ("streamkit.timestamp", str(late.ts_ms)),
+                            ("streamkit.stream_time", str(late.stream_time_ms)),
+                        ],
+                    )
+
+    return aggregate_windows
 
 
 def runner(nodes: tuple[Node, ...]) -> Callable[[Any, Any], Pairs]:

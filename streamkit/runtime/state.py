@@ -235,6 +235,7 @@ class StateManager:
             path=path if table.store_kind == "rocksdb" else None,
             key_serde=table.key_serde,
             value_serde=table.value_serde,
+            windowed=table.is_windowed,
         )
 
     # -- commits ---------------------------------------------------------------------------

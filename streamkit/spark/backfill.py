@@ -34,7 +34,17 @@ from streamkit._core.errors import ConfigError
 from streamkit._core.partitioner import partition_for_key
 from streamkit._core.serde import serde_for
 from streamkit.app import App
-from streamkit.dsl import Aggregate, GroupBy, Join, Pipeline, Sink, Source, TableJoin, runner
+from streamkit.dsl import (
+    Aggregate,
+    GroupBy,
+    Join,
+    Pipeline,
+    Sink,
+    Source,
+    TableJoin,
+    WindowedAggregate,
+    runner,
+)
 from streamkit.spark.logs import open_source_log
 from streamkit.spark.source import FORMAT, register
 
@@ -71,6 +81,8 @@ def find_pipeline(app: App, table: str) -> Pipeline:
         if isinstance(terminal, Aggregate) and terminal.table.name == table:
             refuse_unsupported(pipeline, table)
             return pipeline
+        if isinstance(terminal, WindowedAggregate) and terminal.table.name == table:
+            raise ConfigError(f"table {table!r} is windowed: the backfill does not run windowed tables yet")
         if isinstance(terminal, TableJoin) and terminal.table.name == table:
             raise ConfigError(f"table {table!r} is a table-table join: the backfill does not run those")
     declarative = sorted(

@@ -13,13 +13,15 @@ The cache keeps clean entries too (values read, or written and since stored) up 
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from streamkit._core.serde import Serde
+from streamkit._core.serde import RawSerde, Serde
 from streamkit.tables.store import Change, KeyValueStore
 
 CACHE_LIMIT = 200_000
+RAW = RawSerde()
 
 
 class _Deleted:
@@ -150,3 +152,102 @@ class TablePartition:
                 decoded = key_loads(key)
                 if decoded not in self._dirty:
                     self._cache.pop(decoded, None)
+
+
+class SortedPartition(TablePartition):
+    """A table partition of raw bytes keys and values with ordered range reads: the store of a
+    windowed aggregation (``windows.WindowStore``: get, put, delete, range).
+
+    Writes wait in a sorted overlay until the commit, as ``TablePartition``'s cache does: the
+    state manager takes them (``take_changes``), sends them to the changelog, and writes them
+    to the store with the changelog offset (``stored``); until then reads see them. A write is
+    stamped with ``timestamp_ms``, which the runner sets to the event's time.
+    """
+
+    __slots__ = ("_dirty_sorted", "_flushing", "_order", "_stamps", "timestamp_ms")
+
+    def __init__(self, partition: int, store: KeyValueStore) -> None:
+        super().__init__(partition, store, RAW, RAW)
+        self.timestamp_ms = 0
+        self._dirty_sorted: dict[bytes, bytes | None] = {}
+        self._stamps: dict[bytes, int] = {}
+        self._flushing: dict[bytes, bytes | None] = {}
+        self._order: list[bytes] = []  # the keys of _dirty and _flushing, sorted
+
+    def read(self, key: bytes) -> bytes | None:
+        if key in self._dirty_sorted:
+            return self._dirty_sorted[key]
+        if key in self._flushing:
+            return self._flushing[key]
+        return self.store.get(key)
+
+    def write(self, key: bytes, value: bytes | None) -> None:
+        """Set ``key`` (``None`` deletes it)."""
+        self._write(key, value)
+
+    def _write(self, key: bytes, value: bytes | None) -> None:
+        if key not in self._dirty_sorted and key not in self._flushing:
+            bisect.insort(self._order, key)
+        self._dirty_sorted[key] = value
+        self._stamps[key] = self.timestamp_ms
+
+    def range(self, lo: bytes, hi: bytes) -> Iterator[tuple[bytes, bytes]]:
+        order = self._order
+        overlay = order[bisect.bisect_left(order, lo) : bisect.bisect_left(order, hi)]
+        return self._merge(self.store.range(lo, hi), overlay)
+
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        return self._merge(self.store.items(), list(self._order))
+
+    def _merge(self, stored: Iterator[tuple[bytes, bytes]], overlay: list[bytes]) -> Iterator[tuple[bytes, bytes]]:
+        """``stored`` with the unstored writes of ``overlay`` (sorted keys) over it."""
+        if not overlay:
+            yield from stored
+            return
+        merged: dict[bytes, bytes | None] = dict(stored)
+        for key in overlay:
+            merged[key] = self._dirty_sorted[key] if key in self._dirty_sorted else self._flushing[key]
+        for key in sorted(merged):
+            value = merged[key]
+            if value is not None:
+                yield key, value
+
+    @property
+    def dirty(self) -> int:
+        return len(self._dirty_sorted)
+
+    def take_changes(self) -> list[OutgoingChange]:
+        dirty, self._dirty_sorted = self._dirty_sorted, {}
+        stamps, self._stamps = self._stamps, {}
+        self._flushing.update(dirty)
+        return [(key, value, stamps[key]) for key, value in sorted(dirty.items())]
+
+    def stored(self, changes: Sequence[OutgoingChange]) -> None:
+        for key, _value, _ts in changes:
+            if key not in self._dirty_sorted:
+                self._flushing.pop(key, None)
+        self._order = sorted({*self._dirty_sorted, *self._flushing})
+
+    def restore(self, changes: Sequence[Change], changelog_offset: int) -> None:
+        self.store.apply(changes, changelog_offset)
+
+
+class WindowStoreView:
+    """A ``SortedPartition`` as the window driver's store (``windows.store.WindowStore``)."""
+
+    __slots__ = ("partition",)
+
+    def __init__(self, partition: SortedPartition) -> None:
+        self.partition = partition
+
+    def get(self, key: bytes) -> bytes | None:
+        return self.partition.read(key)
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self.partition.write(key, value)
+
+    def delete(self, key: bytes) -> None:
+        self.partition.write(key, None)
+
+    def range(self, lo: bytes, hi: bytes) -> Iterator[tuple[bytes, bytes]]:
+        return self.partition.range(lo, hi)

@@ -61,9 +61,16 @@ def to_json(value: Any) -> Any:
     return msgspec.to_builtins(value, enc_hook=repr)
 
 
-def lookup(table: Table, text: str) -> dict[str, Any]:
-    """``{"key": ..., "value": ...}`` of the key ``text`` names, from a partition held here."""
+def lookup(table: Table, text: str, from_ms: int | None = None, to_ms: int | None = None) -> dict[str, Any]:
+    """``{"key": ..., "value": ...}`` of the key ``text`` names, from a partition held here;
+    for a windowed table ``{"key": ..., "windows": [{"start", "end", "value"}, ...]}``, those
+    overlapping ``[from_ms, to_ms]``."""
     key = parse_key(table, text)
+    if table.is_windowed:
+        windows = table.windows(key, from_ms, to_ms)
+        if not windows and table.partition_state(table.partition_of(key)) is None:
+            raise QueryError(503, f"the partition of key {text!r} of table {table.name!r} is not held by this worker")
+        return {"key": to_json(key), "windows": [{**w, "value": to_json(w["value"])} for w in windows]}
     home = table.partition_of(key)
     for state in _states_for(table, home):
         value = state.get(key)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from streamkit._core.serde import Serde
 from streamkit.tables.changelog import ChangelogReader
 from streamkit.tables.errors import CorruptStateError
-from streamkit.tables.partition import TablePartition
+from streamkit.tables.partition import SortedPartition, TablePartition
 from streamkit.tables.store import KeyValueStore, MemoryStore, RocksStore, wipe
 
 logger = logging.getLogger(__name__)
@@ -64,6 +64,7 @@ class PartitionSpec:
     path: str | None  # the RocksDB directory (rocksdb only)
     key_serde: Serde
     value_serde: Serde
+    windowed: bool = False  # a SortedPartition (a window driver's store), not a TablePartition
 
 
 def _open_store(spec: PartitionSpec) -> KeyValueStore:
@@ -125,7 +126,11 @@ async def open_partition(
             offset = start
         if store.identity is None:
             await asyncio.to_thread(store.set_identity, spec.identity)
-        state = TablePartition(spec.partition, store, spec.key_serde, spec.value_serde)
+        state = (
+            SortedPartition(spec.partition, store)
+            if spec.windowed
+            else TablePartition(spec.partition, store, spec.key_serde, spec.value_serde)
+        )
         progress.start_offset = progress.offset = offset
         progress.end_offset = end
         if offset < end:

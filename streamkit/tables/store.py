@@ -41,6 +41,10 @@ class KeyValueStore(Protocol):
         """Every key starting with ``prefix`` and its value, in key order."""
         ...
 
+    def range(self, lo: bytes, hi: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Every key in ``[lo, hi)`` and its value, in key order."""
+        ...
+
     def apply(self, changes: Sequence[Change], changelog_offset: int) -> None:
         """Write ``changes`` and the changelog offset they reach, atomically."""
         ...
@@ -77,6 +81,11 @@ class MemoryStore:
         for key in sorted(self._data):
             if key.startswith(prefix):
                 yield key, self._data[key]
+
+    def range(self, lo: bytes, hi: bytes) -> Iterator[tuple[bytes, bytes]]:
+        data = self._data
+        for key in sorted(k for k in data if lo <= k < hi):
+            yield key, data[key]
 
     def apply(self, changes: Sequence[Change], changelog_offset: int) -> None:
         data = self._data
@@ -145,6 +154,16 @@ class RocksStore:
         while it.valid():
             key: bytes = it.key()
             if prefix and not key.startswith(prefix):
+                return
+            yield key, it.value()
+            it.next()
+
+    def range(self, lo: bytes, hi: bytes) -> Iterator[tuple[bytes, bytes]]:
+        it = self._db.iter()
+        it.seek(lo)
+        while it.valid():
+            key: bytes = it.key()
+            if key >= hi:
                 return
             yield key, it.value()
             it.next()

@@ -43,6 +43,8 @@ STORES = {"rocksdb": "rocksdb", "rocksdb://": "rocksdb", "memory": "memory", "me
 class Table:
     """A table of an app; see the module docstring. Declare it with ``app.Table(...)``."""
 
+    is_windowed = False  # a windowed table's partitions hold a window driver's sorted store
+
     def __init__(
         self,
         app: Any,
@@ -291,6 +293,10 @@ class Table:
             state = self._partitions.get(event.partition)
             return [state] if state is not None else []
         return [self._partitions[p] for p in sorted(self._partitions)]
+
+    def windows(self, key: Any, from_ms: int | None = None, to_ms: int | None = None) -> list[dict[str, Any]]:
+        """A windowed table's windows of ``key`` (see ``streamkit.windows.wtable``)."""
+        raise TableError(f"table {self.name!r} is not windowed")
 
     def as_ansitable(self, *, title: str | None = None, key: str = "Key", value: str = "Value", sort: bool = False) -> str:
         """The keys and values held here as a text table (Faust's ``as_ansitable``)."""

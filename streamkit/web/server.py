@@ -133,7 +133,9 @@ class WebServer:
         try:
             table = query.find_table(self.worker.app.tables, request.match_info["name"])
             try:
-                return self._json(query.lookup(table, request.match_info["key"]))
+                return self._json(query.lookup(
+                    table, request.match_info["key"], _ms(request, "from"), _ms(request, "to")
+                ))
             except query.QueryError as exc:
                 if exc.status != 503 or ROUTED_HEADER in request.headers:
                     raise
@@ -206,3 +208,14 @@ class WebServer:
         for tp, n in sorted(w.lag().items()):
             lines.append(f'streamkit_lag{{app="{app}",topic="{tp.topic}",partition="{tp.partition}"}} {n}')
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+
+def _ms(request: web.Request, name: str) -> int | None:
+    """An integer-milliseconds query parameter (``?from=``, ``?to=``), or a 400 error."""
+    raw = request.query.get(name)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise query.QueryError(400, f"{name} must be integer milliseconds, not {raw!r}") from None

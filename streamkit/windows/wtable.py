@@ -1,0 +1,128 @@
+"""``WindowedTable``: a table of per-key, per-window aggregates on event time.
+
+It is a table like the others for the state manager (a changelog, RocksDB or memory, recovery
+from the changelog tail), whose partitions are ``SortedPartition``s holding the window driver's
+store layout (``aggregate.py``): window aggregates, the windows ordered by end, and the
+driver's stream time and emit progress, all changelogged, so a restored partition carries on
+with the same answers. Declared by the DSL (``app.stream(t).group_by(f).window(spec).count(n)``).
+
+Reads go through ``windows(key)`` and ``items()`` (``((key, (start_ms, end_ms)), value)``),
+not ``table[key]``: a key has many windows.
+
+>>> import streamkit as sk
+>>> from streamkit.windows import Tumbling
+>>> app = sk.App("docs-windows")
+>>> clicks = app.topic("clicks", key_type=str)
+>>> per_minute = app.stream(clicks).group_by_key().window(Tumbling(60)).count("clicks_per_minute")
+>>> per_minute.table.changelog_topic.name, per_minute.table.late_topic.name
+('docs-windows-clicks_per_minute-changelog', 'docs-windows-late')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from streamkit._core.errors import ConfigError
+from streamkit._core.serde import Serde, serde_for
+from streamkit.tables.errors import TableError
+from streamkit.tables.partition import SortedPartition, WindowStoreView
+from streamkit.tables.table import Table
+from streamkit.windows.aggregate import Aggregation, Emit, WindowAggregator
+from streamkit.windows.spec import Hopping, Session, Sliding, WindowSpec
+
+EMITS = ("update", "close")
+
+
+class WindowedTable(Table):
+    is_windowed = True
+
+    def __init__(
+        self,
+        app: Any,
+        name: str,
+        *,
+        spec: WindowSpec,
+        initializer: Callable[[], Any],
+        adder: Callable[[Any, Any], Any],
+        merger: Callable[[Any, Any], Any] | None = None,
+        key_type: Any = None,
+        value_type: Any = None,
+        key_serializer: str | Serde | None = None,
+        value_serializer: str | Serde | None = None,
+        partitions: int | None = None,
+        store: str | None = None,
+        help: str = "",
+    ) -> None:
+        if not isinstance(spec, (Hopping, Session, Sliding)):
+            raise ConfigError(f"windowed table {name!r}: {spec!r} is not a window (Tumbling, Hopping, Sliding, Session)")
+        if isinstance(spec, Session) and merger is None:
+            raise ConfigError(f"windowed table {name!r}: session windows need a merger")
+        # The changelog carries the driver's store layout as bytes.
+        super().__init__(
+            app, name, key_serializer="raw", value_serializer="raw", partitions=partitions, store=store, help=help
+        )
+        self.key_type = key_type
+        self.value_type = value_type
+        self.group_key_serde = serde_for(key_serializer if key_serializer is not None else (key_type or "json"), key_type)
+        self.aggregate_serde = serde_for(
+            value_serializer if value_serializer is not None else (value_type or "json"), value_type
+        )
+        self.spec = spec
+        dumps, loads = self.aggregate_serde.dumps, self.aggregate_serde.loads
+        self.aggregation: Aggregation[Any, Any] = Aggregation(
+            initializer, adder, lambda a: dumps(a) or b"", loads, merger
+        )
+        self.emit: Emit = "update"
+        self._emit_chosen = False
+        self.emitted_topic: Any = None  # the topic of emitted windows, once to_stream() asks
+        self.late_topic = app.topic(f"{app.id}-late", key_serializer="raw", value_serializer="json", internal=True)
+
+    def choose_emit(self, emit: str) -> None:
+        if emit not in EMITS:
+            raise ConfigError(f"emit must be one of {EMITS}, not {emit!r}")
+        if self._emit_chosen and emit != self.emit:
+            raise ConfigError(f"windowed table {self.name!r} already emits on {self.emit!r}")
+        self.emit = emit  # type: ignore[assignment]
+        self._emit_chosen = True
+
+    def aggregator(self, state: SortedPartition) -> WindowAggregator[Any, Any]:
+        """The window driver over one partition's state."""
+        return WindowAggregator(self.spec, self.aggregation, WindowStoreView(state), emit=self.emit)
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def windows(self, key: Any, from_ms: int | None = None, to_ms: int | None = None) -> list[dict[str, Any]]:
+        """The windows of ``key`` held here: ``{"start", "end", "value"}`` in start order,
+        those overlapping ``[from_ms, to_ms]`` when given. Windows are kept until they expire
+        (the spec's size + grace, as Kafka Streams' default retention)."""
+        raw = self.group_key_serde.dumps(key)
+        if raw is None:
+            raise TableError(f"table {self.name!r}: a key cannot be None")
+        out = []
+        for p in self.held_partitions:
+            state = self.partition_state(p)
+            if not isinstance(state, SortedPartition):
+                continue
+            for window in self.aggregator(state).windows(raw):
+                if (from_ms is None or window.end_ms > from_ms) and (to_ms is None or window.start_ms <= to_ms):
+                    out.append({"start": window.start_ms, "end": window.end_ms, "value": window.value})
+        return sorted(out, key=lambda w: (w["start"], w["end"]))
+
+    def items(self) -> Iterator[tuple[Any, Any]]:
+        """``((key, (start_ms, end_ms)), value)`` for every window held here."""
+        loads = self.group_key_serde.loads
+        for p in self.held_partitions:
+            state = self.partition_state(p)
+            if isinstance(state, SortedPartition):
+                for window in self.aggregator(state).windows():
+                    yield (loads(window.key), (window.start_ms, window.end_ms)), window.value
+
+    def __getitem__(self, key: Any) -> Any:
+        raise TableError(f"windowed table {self.name!r} is read with .windows(key), not [key]")
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        raise TableError(f"windowed table {self.name!r} is written by its pipeline only")
+
+    def __delitem__(self, key: Any) -> None:
+        raise TableError(f"windowed table {self.name!r} is written by its pipeline only")

@@ -1,0 +1,109 @@
+"""Windowed aggregations run by the worker (``app.stream(t).group_by(f).window(spec).count``),
+compared with the plain-Python reference models of ``test_reference_model.py``: the windows
+emitted on close, the late records, and the windows still open, also across a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_reference_model import model_session, model_time
+
+import streamkit as sk
+from streamkit.testing import AppDriver
+from streamkit.windows import Session, Tumbling
+
+Input = list[tuple[str, int]]  # key, timestamp ms
+BASE = 1_700_000_000_000 - 1_700_000_000_000 % 60_000  # a round minute, far from 0
+
+
+def _app(spec: Any, name: str) -> tuple[sk.App, sk.Topic, sk.Topic, Any]:
+    app = sk.App(name)
+    clicks = app.topic("clicks", key_type=str, value_type=str, partitions=1)
+    out = app.topic("per-window", key_type=str, value_type=dict, partitions=1)
+    table = app.stream(clicks).group_by_key().window(spec).count("clicks_per_window", key_type=str, value_type=int)
+    table.to_stream(emit="close").to(out)
+    return app, clicks, out, table
+
+
+async def _run(spec: Any, records: Input, restart_at: int | None) -> tuple[list[Any], list[Any], dict[Any, int]]:
+    app, clicks, out, table = _app(spec, "win")
+    tmp = tempfile.mkdtemp(prefix="windows-dsl-")
+    dirs = {"data_dir": f"{tmp}/log", "state_dir": f"{tmp}/state"}
+    cut = len(records) if restart_at is None else restart_at
+    try:
+        for part in (records[:cut], records[cut:]):
+            async with AppDriver(app, **dirs) as driver:
+                for key, ts in part:
+                    await driver.send(clicks, "x", key=key, timestamp=BASE + ts)
+                await driver.process()
+                emitted = [(e.key, e.value["window_start"] - BASE, e.value["window_end"] - BASE, e.value["value"])
+                           for e in await driver.read(out)]
+                late = [(e.key.decode(), dict(e.headers)["streamkit.reason"].decode(), int(dict(e.headers)["streamkit.timestamp"]) - BASE)
+                        for e in await driver.read(app.topics["win-late"])]
+                final = {(k, s - BASE, e - BASE): v for (k, (s, e)), v in table.items()}
+        return emitted, late, final
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _expected(model: Any, records: Input) -> tuple[list[Any], list[Any], dict[Any, int]]:
+    closes = [(k.decode(), s, e, len(ids)) for k, s, e, ids in model.closes]
+    late = [(records[i][0], reason, records[i][1]) for i, reason in model.late]
+    final = {(k.decode(), s, e): len(ids) for (k, s, e), ids in model.final.items()}
+    return closes, late, final
+
+
+inputs = st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 120_000)), min_size=1, max_size=25)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=inputs, restart=st.none() | st.integers(0, 25))
+def test_tumbling_counts_closes_and_late_records_match_the_model(records: Input, restart: int | None) -> None:
+    size, grace = 30_000, 5_000
+    model = model_time(size, size, grace, [(k.encode(), ts) for k, ts in records])
+    got = asyncio.run(_run(Tumbling(30, grace=5), records, restart))
+    assert got == _expected(model, records)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=inputs, restart=st.none() | st.integers(0, 25))
+def test_session_counts_closes_and_late_records_match_the_model(records: Input, restart: int | None) -> None:
+    gap, grace = 10_000, 2_000
+    model = model_session(gap, grace, [(k.encode(), ts) for k, ts in records])
+    got = asyncio.run(_run(Session(10, grace=2), records, restart))
+    assert got == _expected(model, records)
+
+
+async def test_windows_are_queryable_over_http() -> None:
+    import aiohttp
+
+    from streamkit.web import WebServer
+
+    app, clicks, _out, _table = _app(Tumbling(60), "winq")
+    async with AppDriver(app) as driver, WebServer(driver.worker, port=0) as web:
+        for ts in (0, 1_000, 30_000):
+            await driver.send(clicks, "x", key="ann", timestamp=BASE + ts)
+        await driver.process()
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{web.url}/tables/clicks_per_window/ann") as r:
+                body = await r.json()
+            async with http.get(f"{web.url}/tables/clicks_per_window/ann?from={BASE + 60_000}") as r:
+                later = await r.json()
+            async with http.get(f"{web.url}/tables/clicks_per_window/ann?from=soon") as r:
+                assert r.status == 400
+    assert body == {"key": "ann", "windows": [{"start": BASE, "end": BASE + 60_000, "value": 3}]}
+    assert later == {"key": "ann", "windows": []}
+
+
+def test_a_windowed_table_is_not_a_dict() -> None:
+    from streamkit.tables import TableError
+
+    table = _app(Tumbling(60), "wind")[3]
+    with pytest.raises(TableError, match=r"read with \.windows"):
+        table.table["ann"]
