@@ -5,8 +5,8 @@ code (``--help`` and ``--version`` work as usual):
 
 * 2: the command cannot run as asked: a bad or missing argument, an unknown topic, a locked
   data directory, an invalid topic config, unusable input;
-* 1: the log is damaged or the system failed (a CRC mismatch on read, an I/O error), and
-  ``log verify`` when it finds damage;
+* 1: the log is damaged or the system failed (a CRC mismatch on read, an I/O error, a worker
+  whose agent kept failing), and ``log verify`` when it finds damage;
 * 130: interrupted by Ctrl-C, 143: by SIGTERM; either way the log is closed cleanly (a group's
   offsets committed) and no traceback is printed. When stdout's reader goes away (``| head``)
   click ends the command quietly with 1.
@@ -32,6 +32,7 @@ from streamkit.cli.produce import produce
 from streamkit.cli.tables import tables
 from streamkit.cli.topics import topics
 from streamkit.log.errors import InvalidRecordError, LogClosedError
+from streamkit.runtime.tasks import AgentFailedError
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -80,7 +81,7 @@ class StreamkitGroup(click.Group):
             sys.exit(EXIT_TERMINATED)
         except KeyboardInterrupt:
             sys.exit(EXIT_INTERRUPTED)
-        except (InvalidRecordError, LogClosedError) as exc:
+        except (InvalidRecordError, LogClosedError, AgentFailedError) as exc:
             _fail(str(exc), EXIT_FAILURE)
         except StreamkitError as exc:
             _fail(str(exc), EXIT_USAGE)
