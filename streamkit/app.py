@@ -177,6 +177,17 @@ class App:
 
         return register
 
+    def main(self, argv: Sequence[str] | None = None) -> None:
+        """Faust's entry point: ``python app.py worker -l info`` runs ``streamkit worker`` on
+        this app (and so does every other app command: ``agents``, ``send``, ``tables``)."""
+        import importlib
+        import sys
+
+        # The one call from a declaration up to the command line, made by name at run time:
+        # Faust's entry point is the app itself. Nothing is imported until it is called.
+        cli = importlib.import_module("streamkit.cli.main")
+        cli.main_for_app(self, list(sys.argv[1:] if argv is None else argv))
+
     def timer(self, interval: float) -> Callable[[Callable[[], Awaitable[Any]]], Callable[[], Awaitable[Any]]]:
         """Run an async function every ``interval`` seconds while a worker runs."""
         interval_ms = to_ms(interval, "timer interval")

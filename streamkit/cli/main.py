@@ -135,3 +135,26 @@ cli.add_command(backfill)
 def main() -> None:
     """The console script ``streamkit``."""
     cli.main(prog_name="streamkit")
+
+
+APP_COMMANDS = ("worker", "agents", "send", "tables", "backfill")
+
+
+def main_for_app(app: object, argv: list[str]) -> None:
+    """``app.main()``: the command line with ``-A`` naming ``app`` (Faust's ``python app.py
+    worker``). The app is found in the module that defines it, by identity."""
+    module = next(
+        (m for m in list(sys.modules.values())
+         if m is not None and any(v is app for v in list(getattr(m, "__dict__", {}).values()))),
+        None,
+    )
+    attr = next((k for k, v in vars(module).items() if v is app), None) if module is not None else None
+    if module is None or attr is None:
+        _fail("app.main(): the app is not a module-level name", EXIT_USAGE)
+    ref = f"{module.__name__}:{attr}"
+    if argv[:1] and argv[0] in APP_COMMANDS and "-A" not in argv and "--app" not in argv:
+        if argv[0] == "tables" and len(argv) > 1:
+            argv = [argv[0], argv[1], "-A", ref, *argv[2:]]
+        else:
+            argv = [argv[0], "-A", ref, *argv[1:]]
+    cli.main(args=argv, prog_name=sys.argv[0] if sys.argv and sys.argv[0] else "streamkit")
