@@ -55,6 +55,19 @@ class Sender(Protocol):
         partition: int | None,
     ) -> Awaitable[Sent]: ...
 
+    def send_soon(
+        self,
+        topic: Topic,
+        *,
+        key: Any,
+        value: Any,
+        headers: Headers | None,
+        timestamp_ms: int | None,
+        partition: int | None,
+    ) -> None: ...
+
+    async def declare(self, topic: Topic) -> None: ...
+
 
 def to_ms(value: float | int | timedelta | None, what: str) -> int | None:
     """Seconds (the API's unit, as Faust) or a timedelta, to integer milliseconds."""
@@ -187,6 +200,35 @@ class Topic:
         type_name = getattr(type_, "__name__", None) or repr(type_)
         return f"topic {self.name!r} takes {what} of type {type_name}, not {type(got).__name__}: {shown}"
 
+    def _sender(self) -> Sender:
+        sender = self.app.sender
+        if sender is None:
+            raise NotRunningError(
+                f"cannot send to {self.name!r}: the app {self.app.id!r} is not running in a worker"
+            )
+        return sender
+
+    def send_soon(
+        self,
+        *,
+        key: Any = None,
+        value: Any = None,
+        headers: Headers | None = None,
+        timestamp: int | datetime | None = None,
+        partition: int | None = None,
+    ) -> None:
+        """Produce one record without waiting, from plain code (Faust's ``send_soon``): it is
+        buffered before this returns, and the worker commits nothing past the record being
+        processed until it is stored."""
+        self.check(key, value)
+        self._sender().send_soon(
+            self, key=key, value=value, headers=headers, timestamp_ms=timestamp_ms(timestamp), partition=partition
+        )
+
+    async def maybe_declare(self) -> None:
+        """Create the topic now unless it exists (a worker creates declared topics anyway)."""
+        await self._sender().declare(self)
+
     async def send(
         self,
         *,
@@ -202,12 +244,7 @@ class Topic:
         processed (event time flows downstream, as in Kafka Streams).
         """
         self.check(key, value)
-        sender = self.app.sender
-        if sender is None:
-            raise NotRunningError(
-                f"cannot send to {self.name!r}: the app {self.app.id!r} is not running in a worker"
-            )
-        return await sender.send(
+        return await self._sender().send(
             self,
             key=key,
             value=value,

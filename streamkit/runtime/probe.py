@@ -76,6 +76,21 @@ class DiscardingSender:
         future.set_result(DiscardedSend(topic.name))
         return future
 
+    def send_soon(
+        self,
+        topic: Topic,
+        *,
+        key: Any,
+        value: Any,
+        headers: Headers | None,
+        timestamp_ms: int | None,
+        partition: int | None,
+    ) -> None:
+        self.discarded += 1
+
+    async def declare(self, topic: Topic) -> None:
+        return None  # the worker creates topics after the probe
+
 
 class _ProbeSource:
     clock = SYSTEM_CLOCK

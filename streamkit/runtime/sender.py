@@ -8,6 +8,7 @@ of the event being processed (event time flows downstream), else the clock's tim
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
@@ -50,6 +51,7 @@ class RuntimeSender:
         self._key_partitions: dict[int, dict[bytes, int]] = {}  # partition count -> key -> partition
         self._sticky: dict[str, list[int]] = {}
         self._placed: dict[str, dict[bytes, int]] = {}  # topic -> its key -> partition cache
+        self._soon: set[asyncio.Future[Any]] = set()  # send_soon's sends waiting for a partition count
 
     def known_partitions(self, topic: str, count: int) -> None:
         self._counts[topic] = count
@@ -83,6 +85,31 @@ class RuntimeSender:
             headers=normalize_headers(headers) if headers else (),
             timestamp_ms=timestamp_ms,
         )
+
+    def send_soon(
+        self,
+        topic: Topic,
+        *,
+        key: Any,
+        value: Any,
+        headers: Headers | None,
+        timestamp_ms: int | None,
+        partition: int | None,
+    ) -> None:
+        """Buffer one record now, from plain (not async) code: it is in the producer before
+        this returns, so the next commit's flush covers it (Faust's ``send_soon``)."""
+        if timestamp_ms is None:
+            event = current_event.get()
+            timestamp_ms = event.timestamp if event is not None else self._clock.now_ms()
+        wait = self.send_nowait(topic, key, value, timestamp_ms, partition, normalize_headers(headers))
+        if wait is not None:  # the partition count is not known yet: send it as soon as it is
+            task = asyncio.ensure_future(wait)
+            self._soon.add(task)
+            task.add_done_callback(self._soon.discard)
+
+    async def declare(self, topic: Topic) -> None:
+        """Create ``topic`` unless it exists (Faust's ``maybe_declare``)."""
+        self.known_partitions(topic.name, await self._partition_count(topic))
 
     def send_nowait(
         self,

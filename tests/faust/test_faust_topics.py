@@ -1,0 +1,29 @@
+"""Faust's topic calls: ``send_soon`` from plain code, ``maybe_declare``."""
+
+from __future__ import annotations
+
+import streamkit as faust
+from streamkit.testing import AppDriver
+
+
+async def test_send_soon_from_plain_code_is_stored_and_committed_with_the_record() -> None:
+    app = faust.App("soon")
+    words = app.topic("words", value_type=str)
+    lengths = app.topic("lengths", value_type=int)
+
+    def record_length(word: str) -> None:  # plain code, called from the agent
+        lengths.send_soon(value=len(word))
+
+    @app.agent(words)
+    async def measure(stream: faust.Stream) -> None:
+        async for word in stream:
+            record_length(word)
+
+    async with AppDriver(app) as driver:
+        for word in ["a", "abc", "abcdef"]:
+            await driver.send(words, word)
+        await driver.process()
+        assert [e.value for e in await driver.read(lengths)] == [1, 3, 6]
+        late = app.topic("declared-late", value_type=int)
+        await late.maybe_declare()
+        assert await driver.client.partition_count("declared-late") == 1
