@@ -19,6 +19,7 @@ from types import GenericAlias
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from streamkit._core.clock import Clock
+from streamkit._core.context import current_event
 from streamkit._core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -44,6 +45,12 @@ class Event:
     key: Any
     value: Any
     headers: Sequence[Header]
+
+    @property
+    def message(self) -> Event:
+        """Faust's ``event.message``: where the record came from (``topic``, ``partition``,
+        ``offset``, ``timestamp``, ``headers``), which this event carries itself."""
+        return self
 
 
 class StreamEnd(Exception):
@@ -142,6 +149,12 @@ class Stream:
             raise StopAsyncIteration from None
         assert event is not None  # no timeout: only StreamEnd stops the wait
         return event.value
+
+    @property
+    def current_event(self) -> Event | None:
+        """The event being processed (Faust's ``stream.current_event``), or None outside one."""
+        event: Event | None = current_event.get()
+        return event
 
     def items(self) -> AsyncIterator[tuple[Any, Any]]:
         return _Projected(self, lambda e: (e.key, e.value))

@@ -27,3 +27,23 @@ async def test_send_soon_from_plain_code_is_stored_and_committed_with_the_record
         late = app.topic("declared-late", value_type=int)
         await late.maybe_declare()
         assert await driver.client.partition_count("declared-late") == 1
+
+
+async def test_stream_current_event_and_event_message() -> None:
+    app = faust.App("events")
+    words = app.topic("words", value_type=str, partitions=2)
+    seen: list[tuple[str, int, int, str]] = []
+
+    @app.agent(words)
+    async def look(stream: faust.Stream) -> None:
+        async for word in stream:
+            event = stream.current_event
+            assert event is not None
+            message = event.message
+            seen.append((message.topic, message.partition, message.offset, word))
+
+    async with AppDriver(app) as driver:
+        await driver.send(words, "hi", partition=1)
+        await driver.send(words, "there", partition=1)
+        await driver.process()
+    assert seen == [("words", 1, 0, "hi"), ("words", 1, 1, "there")]
