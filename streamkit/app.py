@@ -15,6 +15,7 @@ from streamkit._core.errors import ConfigError
 from streamkit.agents import Agent, AgentFn, Sink
 from streamkit.conf import Settings
 from streamkit.dsl import KStream, KTable, Pipeline, Source, compile_pipeline, table_stream
+from streamkit.signals import Signal
 from streamkit.tables.table import SetTable, Table
 from streamkit.topics import Sender, Topic, to_ms
 
@@ -58,6 +59,11 @@ class App:
         self.timers: list[Timer] = []
         self.tasks: list[Callable[[], Awaitable[Any]]] = []
         self.sender: Sender | None = None
+        # Faust's signals, sent by the worker (see ``streamkit.signals``).
+        self.on_partitions_assigned = Signal("on_partitions_assigned")
+        self.on_partitions_revoked = Signal("on_partitions_revoked")
+        self.on_rebalance_complete = Signal("on_rebalance_complete")
+        self.rebalancing = False  # True while the worker's partitions are being (re)assigned
         self.dlq_topic = self.topic(f"{self.id}-dlq", key_serializer="raw", value_serializer="raw", internal=True)
 
     # The settings the runtime reads, kept on ``app.conf`` so both spellings agree.

@@ -230,10 +230,20 @@ class Worker:
         return self.task_assignment.inboxes
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        await self.task_assignment.assign(assigned)
+        self.app.rebalancing = True
+        try:
+            await self.task_assignment.assign(assigned)
+        finally:
+            self.app.rebalancing = False
         logger.info("assigned %s", ", ".join(str(tp) for tp in sorted(assigned)) or "nothing")
+        await self.app.on_partitions_assigned.send(self.app, assigned=set(assigned))
+        await self.app.on_rebalance_complete.send(self.app)
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        held = revoked & self.task_assignment.partitions()
+        if held:  # a stop revokes what is still held, then the consumer's close may again
+            self.app.rebalancing = True
+            await self.app.on_partitions_revoked.send(self.app, revoked=held)
         doomed = await self.task_assignment.revoke(revoked, self.commit)
         if not doomed:
             return
