@@ -7,6 +7,8 @@ starts.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,9 +26,11 @@ _Table = Table  # the class, as annotations inside App (where ``Table`` is a met
 
 @dataclass(frozen=True, slots=True)
 class Timer:
-    fn: Callable[[], Awaitable[Any]]
+    fn: Callable[..., Awaitable[Any]]
     interval_ms: int
     name: str
+    on_leader: bool = False  # run on one worker of the group only (the leader)
+    takes_app: bool = False  # called with the app (Faust's timers may take it)
 
 
 class App:
@@ -194,22 +198,44 @@ class App:
         cli = importlib.import_module("streamkit.cli.main")
         cli.main_for_app(self, list(sys.argv[1:] if argv is None else argv))
 
-    def timer(self, interval: float) -> Callable[[Callable[[], Awaitable[Any]]], Callable[[], Awaitable[Any]]]:
-        """Run an async function every ``interval`` seconds while a worker runs."""
+    def timer(
+        self, interval: float, *, on_leader: bool = False
+    ) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
+        """Run an async callable every ``interval`` seconds while a worker runs; with
+        ``on_leader=True`` only on the group's leader (the worker holding partition 0 of the
+        app's first input). The callable may take the app (as Faust's may), or nothing; a
+        ``functools.partial`` works too."""
         interval_ms = to_ms(interval, "timer interval")
         if not interval_ms:
             raise ConfigError("a timer needs an interval above 0 seconds")
 
-        def register(fn: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[Any]]:
-            self.timers.append(Timer(fn, interval_ms, fn.__name__))
+        def register(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+            self.timers.append(Timer(fn, interval_ms, _name_of(fn), on_leader, _takes_one_argument(fn)))
             return fn
 
         return register
 
-    def task(self, fn: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[Any]]:
-        """Run an async function once when a worker starts."""
-        self.tasks.append(fn)
+    def task(self, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        """Run an async callable once when a worker starts (called with the app when it takes
+        one argument, as Faust's tasks may)."""
+        self.tasks.append(functools.partial(fn, self) if _takes_one_argument(fn) else fn)
         return fn
+
+
+def _name_of(fn: Any) -> str:
+    return str(getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", None) or repr(fn))
+
+
+def _takes_one_argument(fn: Any) -> bool:
+    """Whether ``fn`` wants one positional argument (the app), as Faust's timers and tasks may."""
+    try:
+        params = [
+            p for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+        ]
+    except (TypeError, ValueError):
+        return False
+    return len(params) == 1
 
 
 def _check_same(existing: Topic, again: Topic, options: dict[str, Any]) -> None:

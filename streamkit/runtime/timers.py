@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from streamkit._core.clock import Clock
 from streamkit.app import Timer
@@ -18,9 +19,13 @@ logger = logging.getLogger(__name__)
 
 
 class TimerRunner:
-    def __init__(self, timers: list[Timer], clock: Clock) -> None:
+    def __init__(
+        self, timers: list[Timer], clock: Clock, *, app: object = None, is_leader: Callable[[], bool] = lambda: True
+    ) -> None:
         self._timers = timers
         self._clock = clock
+        self._app = app
+        self._is_leader = is_leader
         start = clock.monotonic_ms()
         self._due = [start + t.interval_ms for t in timers]
 
@@ -33,9 +38,11 @@ class TimerRunner:
                 # Skip missed ticks rather than firing a burst to catch up.
                 missed = (now - self._due[i]) // timer.interval_ms
                 self._due[i] += (missed + 1) * timer.interval_ms
+                if timer.on_leader and not self._is_leader():
+                    continue
                 ran += 1
                 try:
-                    await timer.fn()
+                    await (timer.fn(self._app) if timer.takes_app else timer.fn())
                 except Exception:
                     logger.exception("timer %s failed", timer.name)
         return ran

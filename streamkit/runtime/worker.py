@@ -129,7 +129,7 @@ class Worker:
         self._failure: BaseException | None = None
         self._started = False
         self._closed = False
-        self.timers = TimerRunner(app.timers, clock)
+        self.timers = TimerRunner(app.timers, clock, app=app, is_leader=self.is_leader)
 
     async def __aenter__(self) -> Worker:
         await self.start()
@@ -168,7 +168,7 @@ class Worker:
         if self._run_timers:
             self._spawn(self.timers.run_forever(), "timers")
         for fn in self.app.tasks:
-            self._spawn(self._run_app_task(fn), f"task:{fn.__name__}")
+            self._spawn(self._run_app_task(fn), f"task:{getattr(fn, '__name__', None) or getattr(getattr(fn, 'func', None), '__name__', 'task')}")
 
     def _spawn(self, coro: Awaitable[Any], name: str) -> None:
         task = asyncio.ensure_future(coro)
@@ -406,6 +406,14 @@ class Worker:
 
     def group_info(self) -> GroupInfo | None:
         return self._consumer.group_info() if self._consumer is not None else None
+
+    def is_leader(self) -> bool:
+        """Whether this worker runs the group's ``on_leader`` timers: it holds partition 0 of
+        the app's first input topic (by name), so exactly one worker of the group does."""
+        inputs = self.input_topics()
+        if not inputs:
+            return True
+        return TopicPartition(inputs[0], 0) in self.assignment()
 
     def owner_url(self, partition: int) -> str | None:
         """The advertised URL of the worker that owns ``partition`` (per the last assignment)."""
