@@ -1,9 +1,17 @@
 """The Kafka driver: ``streamkit broker`` or any Kafka cluster, through aiokafka.
 
-The one module that imports aiokafka. Consumers use the range assignor, so partition p of
-every subscribed topic lands on the same member: a partition task that reads topic A's
-partition p and its repartition topic's partition p (``group_by``) finds both local, as in
-Kafka Streams. Offsets are committed by the engine only (auto-commit is off).
+The one module that imports aiokafka. Consumers assign partitions by range (protocol
+"streamkit", ``placement.py``), so partition p of every subscribed topic lands on the same
+member: a partition task that reads topic A's partition p and its repartition topic's
+partition p (``group_by``) finds both local, as in Kafka Streams. Offsets are committed by the
+engine only (auto-commit is off).
+
+Consumers offer that one protocol and no fallback: aiokafka (0.14 and earlier) sends one
+JoinGroup per configured assignor on every rejoin, each naming one more protocol than the
+last (aio-libs/aiokafka#1168). The coordinator must treat changed protocols as a reason to
+rebalance (Kafka's rule), so two members that got one JoinGroup out of step rebalanced each
+other every retry backoff, forever. The price: a consumer that offers only other protocols
+(plain "range") cannot join a streamkit app's group (INCONSISTENT_GROUP_PROTOCOL).
 """
 
 from __future__ import annotations
@@ -20,7 +28,6 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka import TopicPartition as KafkaTP
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
-from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberAssignment,
     ConsumerProtocolMemberMetadata,
@@ -435,8 +442,9 @@ class KafkaConsumer:
             group_id=group_id,
             enable_auto_commit=False,
             auto_offset_reset=auto_offset_reset,
-            # Ours first; plain range too, so a group with other Kafka clients still forms.
-            partition_assignment_strategy=(_assignor(self._placement), RangePartitionAssignor),
+            # One assignor only: with more, aiokafka sends a JoinGroup per assignor on every
+            # rejoin, and members joining together rebalance each other forever (module doc).
+            partition_assignment_strategy=(_assignor(self._placement),),
             session_timeout_ms=10_000,
             heartbeat_interval_ms=1_000,
             max_poll_interval_ms=300_000,
