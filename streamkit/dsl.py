@@ -433,6 +433,24 @@ class CompiledAgent:
 Pairs = list[tuple[Any, Any]]
 
 
+REPARTITION_KEY_SERDE = "json"  # how repartition topics encode keys (the backfill hashes the same bytes)
+
+
+def grouping(pipeline: Pipeline) -> GroupBy | None:
+    return next((n for n in pipeline if isinstance(n, GroupBy)), None)
+
+
+def stage_names(pipeline: Pipeline, name: str) -> list[str]:
+    """The agents a pipeline named ``name`` runs as (see ``compile_pipeline``)."""
+    group = grouping(pipeline)
+    return [f"{name}-{group.name}", name] if group is not None else [name]
+
+
+def repartition_topic_name(app_id: str, pipeline: Pipeline, name: str) -> str | None:
+    group = grouping(pipeline)
+    return f"{app_id}-{name}-{group.name}-repartition" if group is not None else None
+
+
 def compile_pipeline(app: App, pipeline: Pipeline, name: str) -> list[CompiledAgent]:
     """The agents that run ``pipeline`` in a worker.
 
@@ -467,14 +485,15 @@ def compile_pipeline(app: App, pipeline: Pipeline, name: str) -> list[CompiledAg
     changed = any(isinstance(n, Map) and n.kind != "filter" for n in before)
     repartition = app.topic(
         f"{app.id}-{name}-{group.name}-repartition",
-        key_serializer="json",
+        key_serializer=REPARTITION_KEY_SERDE,
         # Values keep the source's serializer unless an operator may have changed their type.
         value_serializer="json" if changed else source.topic.value_serde,
         partitions=source.topic.partitions,
         internal=True,
     )
     regroup = Map("map", lambda k, v, fn=group.fn: (fn(v), v)) if group.fn is not None else None
-    first = _stage(f"{name}-{group.name}", source.topic, (*before, *([regroup] if regroup else [])), Sink(repartition))
+    first_name, _ = stage_names(pipeline, name)
+    first = _stage(first_name, source.topic, (*before, *([regroup] if regroup else [])), Sink(repartition))
     second = _stage(name, repartition, after, terminal)
     return [first, second]
 

@@ -35,6 +35,7 @@ from streamkit._core.partitioner import partition_for_key
 from streamkit._core.serde import serde_for
 from streamkit.app import App
 from streamkit.dsl import (
+    REPARTITION_KEY_SERDE,
     Aggregate,
     GroupBy,
     Join,
@@ -43,12 +44,14 @@ from streamkit.dsl import (
     Source,
     TableJoin,
     WindowedAggregate,
+    repartition_topic_name,
     runner,
+    stage_names,
 )
 from streamkit.spark.logs import open_source_log
 from streamkit.spark.source import FORMAT, register
 
-_REPARTITION_KEYS = serde_for("json")  # how compile_pipeline's repartition topics encode keys
+_REPARTITION_KEYS = serde_for(REPARTITION_KEY_SERDE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,14 +355,9 @@ def _ensure_changelog(app: App, table: Any, partitions: int) -> None:
     asyncio.run(ensure())
 
 
-def _stage_names(pipeline: Pipeline, table_name: str) -> set[str]:
-    group = next((n for n in pipeline if isinstance(n, GroupBy)), None)
-    return {table_name} | ({f"{table_name}-{group.name}"} if group is not None else set())
-
-
 def _check_group_free(app: App, pipelines: list[tuple[str, Pipeline]]) -> None:
     """Moving the group past a source would skip it for every other agent reading it."""
-    ours = set().union(*(_stage_names(p, name) for name, p in pipelines))
+    ours = {stage for name, p in pipelines for stage in stage_names(p, name)}
     for _name, pipeline in pipelines:
         source = pipeline[0]
         assert isinstance(source, Source)
@@ -384,12 +382,7 @@ def _commit(app: App, pipelines: list[tuple[str, Pipeline]], ends: dict[str, dic
     from streamkit.transport.base import open_log_client
     from streamkit.transport.kafka_tools import KafkaTools
 
-    repartitions = [
-        f"{app.id}-{name}-{group.name}-repartition"
-        for name, pipeline in pipelines
-        for group in pipeline
-        if isinstance(group, GroupBy)
-    ]
+    repartitions = [t for name, p in pipelines if (t := repartition_topic_name(app.id, p, name)) is not None]
 
     async def commit() -> None:
         url = urlparse(app.broker)

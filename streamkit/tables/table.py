@@ -40,6 +40,17 @@ logger = logging.getLogger(__name__)
 STORES = {"rocksdb": "rocksdb", "rocksdb://": "rocksdb", "memory": "memory", "memory://": "memory"}
 
 
+def table_serdes(
+    key_type: Any, value_type: Any, key_serializer: str | Serde | None, value_serializer: str | Serde | None
+) -> tuple[Serde, Serde]:
+    """A table's key and value serializers. Keys: a declared type's codec (str keys as UTF-8,
+    as a str-keyed topic writes them, so hashes agree), else JSON (any JSON-able key). Values:
+    JSON, typed if declared. An explicit serializer wins."""
+    key = serde_for(key_serializer if key_serializer is not None else (key_type or "json"), key_type)
+    value = serde_for(value_serializer if value_serializer is not None else (value_type or "json"), value_type)
+    return key, value
+
+
 class Table:
     """A table of an app; see the module docstring. Declare it with ``app.Table(...)``."""
 
@@ -87,12 +98,7 @@ class Table:
         self.is_global = is_global
         self.help = help
         self.declared_partitions = partitions
-        # Keys: a declared type's codec (str keys as UTF-8, as a str-keyed topic writes them,
-        # so hashes agree), else JSON (any JSON-able key). Values: JSON, typed if declared.
-        self.key_serde = serde_for(key_serializer if key_serializer is not None else (key_type or "json"), key_type)
-        self.value_serde = serde_for(
-            value_serializer if value_serializer is not None else (value_type or "json"), value_type
-        )
+        self.key_serde, self.value_serde = table_serdes(key_type, value_type, key_serializer, value_serializer)
         self.changelog_topic = app.topic(
             f"{app.id}-{name}-changelog",
             key_serializer=self.key_serde,

@@ -24,10 +24,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from streamkit._core.errors import ConfigError
-from streamkit._core.serde import Serde, serde_for
+from streamkit._core.serde import Serde
 from streamkit.tables.errors import TableError
 from streamkit.tables.partition import SortedPartition, WindowStoreView
-from streamkit.tables.table import Table
+from streamkit.tables.table import Table, table_serdes
 from streamkit.windows.aggregate import Aggregation, Emit, WindowAggregator
 from streamkit.windows.spec import Hopping, Session, Sliding, WindowSpec
 
@@ -64,10 +64,7 @@ class WindowedTable(Table):
         )
         self.key_type = key_type
         self.value_type = value_type
-        self.group_key_serde = serde_for(key_serializer if key_serializer is not None else (key_type or "json"), key_type)
-        self.aggregate_serde = serde_for(
-            value_serializer if value_serializer is not None else (value_type or "json"), value_type
-        )
+        self.group_key_serde, self.aggregate_serde = table_serdes(key_type, value_type, key_serializer, value_serializer)
         self.spec = spec
         dumps, loads = self.aggregate_serde.dumps, self.aggregate_serde.loads
         self.aggregation: Aggregation[Any, Any] = Aggregation(

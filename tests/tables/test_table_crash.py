@@ -23,34 +23,22 @@ import pytest
 from streamkit._core.types import TopicPartition
 from streamkit.tables.store import RocksStore
 from streamkit.transport.base import open_log_client
+from tests.tables.counting_log import PARTITIONS, committed, produce
 
 HERE = Path(__file__).resolve().parent
 STREAMKIT = str(Path(sys.executable).parent / "streamkit")
 KEYS = [f"k{i}" for i in range(300)]
 RECORDS = 30_000
-PARTITIONS = 3
 RESTORED = re.compile(r"table counts partition (\d+): restored (\d+) records \(offsets (\d+)\.\.(\d+)\)")
 
 
 async def _preload(url: str, rng: random.Random) -> dict[str, int]:
-    client = open_log_client(url)
-    await client.start()
-    try:
-        await client.ensure_topic("events", PARTITIONS)
-        producer = client.producer()
-        await producer.start()
-        model: dict[str, int] = {}
-        from streamkit._core.partitioner import partition_for_key
-
-        for _ in range(RECORDS):
-            key = rng.choice(KEYS)
-            model[key] = model.get(key, 0) + 1
-            raw = key.encode()
-            await producer.send("events", raw, b"1", partition=partition_for_key(raw, PARTITIONS))
-        await producer.aclose()
-        return model
-    finally:
-        await client.aclose()
+    pairs = [(rng.choice(KEYS), 1) for _ in range(RECORDS)]
+    await produce(url, pairs)
+    model: dict[str, int] = {}
+    for key, _ in pairs:
+        model[key] = model.get(key, 0) + 1
+    return model
 
 
 async def _bounds(url: str, topic: str) -> dict[int, tuple[int, int]]:
@@ -61,20 +49,6 @@ async def _bounds(url: str, topic: str) -> dict[int, tuple[int, int]]:
         return {p: await reader.bounds(TopicPartition(topic, p)) for p in range(PARTITIONS)}
     finally:
         await reader.aclose()
-        await client.aclose()
-
-
-async def _committed(url: str) -> int:
-    client = open_log_client(url)
-    await client.start()
-    consumer = client.consumer("tcount")
-    try:
-        total = 0
-        for p in range(PARTITIONS):
-            total += await consumer.committed(TopicPartition("events", p)) or 0
-        return total
-    finally:
-        await consumer.aclose()
         await client.aclose()
 
 
@@ -175,7 +149,7 @@ async def test_sigkill_at_random_points_loses_nothing_and_replays_only_the_tail(
     try:
         await _wait_for_line(proc, r"assigned ", seen)
         for _ in range(600):
-            if await _committed(url) >= RECORDS:
+            if await committed(url) >= RECORDS:
                 break
             await asyncio.sleep(0.1)
         proc.send_signal(signal.SIGTERM)

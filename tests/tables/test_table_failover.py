@@ -21,15 +21,13 @@ from typing import Any
 import pytest
 
 from streamkit._core.partitioner import partition_for_key
-from streamkit._core.types import TopicPartition
-from streamkit.transport.base import open_log_client
+from tests.tables.counting_log import PARTITIONS, committed, produce
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "broker"))
 from broker_helpers import BrokerProcess  # noqa: E402
 
 STREAMKIT = str(Path(sys.executable).parent / "streamkit")
-PARTITIONS = 3
 KEYS = [f"k{i}" for i in range(60)]
 
 
@@ -92,32 +90,6 @@ class WorkerProc:
                 self.proc.wait()
 
 
-async def _produce(url: str, pairs: list[tuple[str, int]]) -> None:
-    client = open_log_client(url)
-    await client.start()
-    try:
-        await client.ensure_topic("events", PARTITIONS)
-        producer = client.producer()
-        await producer.start()
-        for key, value in pairs:
-            raw = key.encode()
-            await producer.send("events", raw, str(value).encode(), partition=partition_for_key(raw, PARTITIONS))
-        await producer.aclose()
-    finally:
-        await client.aclose()
-
-
-async def _committed(url: str) -> int:
-    client = open_log_client(url)
-    await client.start()
-    consumer = client.consumer("tcount")
-    try:
-        return sum([await consumer.committed(TopicPartition("events", p)) or 0 for p in range(PARTITIONS)])
-    finally:
-        await consumer.aclose()
-        await client.aclose()
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("standby", [0, 1])
 async def test_two_workers_route_queries_and_one_takes_over_the_others_table(tmp_path: Path, standby: int) -> None:
@@ -125,7 +97,7 @@ async def test_two_workers_route_queries_and_one_takes_over_the_others_table(tmp
     url = f"kafka://{broker.bootstrap}"
     env = {**os.environ, "TCOUNT_BROKER": url, "TCOUNT_COMMIT_S": "0.2", "TCOUNT_STANDBY": str(standby),
            "PYTHONPATH": str(HERE)}
-    await _produce(url, [])  # the input topic exists before the workers join
+    await produce(url, [])  # the input topic exists before the workers join
     # Both join at the same moment (a group that once rebalanced forever that way:
     # tests/broker/test_group_join_storm.py).
     first = WorkerProc(tmp_path, "a", env)
@@ -140,11 +112,11 @@ async def test_two_workers_route_queries_and_one_takes_over_the_others_table(tmp
         rng = random.Random(7)
         pairs = [(rng.choice(KEYS), 1) for _ in range(3000)]
         expected = {k: sum(1 for key, _ in pairs if key == k) for k in {k for k, _ in pairs}}
-        await _produce(url, pairs)
+        await produce(url, pairs)
 
         async def all_committed() -> None:
             for _ in range(600):
-                if await _committed(url) >= len(pairs):
+                if await committed(url) >= len(pairs):
                     return
                 await asyncio.sleep(0.1)
             raise AssertionError("the workers did not process everything")
