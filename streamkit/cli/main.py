@@ -161,12 +161,10 @@ def main_for_app(app: object, argv: list[str]) -> None:
     group = cli
     commands = getattr(app, "commands", None) or {}
     if commands:
-        # The app's own commands (``@app.command()``) beside streamkit's, in a copy of the group.
+        # The app's own commands (``@app.command()``) beside streamkit's, in a copy of the group;
+        # one named as a streamkit command (``produce``) is the app's: it is what its user runs.
         from streamkit.cli.appcommands import click_command
 
-        clashes = sorted(set(commands) & set(cli.commands))
-        if clashes:
-            _fail(f"app commands {clashes} have the names of streamkit commands: rename them", EXIT_USAGE)
         group = copy.copy(cli)
         group.commands = {**cli.commands, **{name: click_command(app, c) for name, c in commands.items()}}  # type: ignore[arg-type]
     group.main(args=argv, prog_name=sys.argv[0] if sys.argv and sys.argv[0] else "streamkit")
