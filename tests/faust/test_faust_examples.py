@@ -29,7 +29,6 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -82,47 +81,25 @@ def rewrite(source: str, broker_url: str) -> str:
     return text
 
 
-# -- what the examples need that streamkit may not have yet --------------------------------------
+# -- examples that need parts other work is landing ------------------------------------------
 
 
-def _missing_agent_features() -> str | None:
-    app = faust.App("probe-agents")
-    if not hasattr(app, "channel"):
-        return "channels (app.channel)"
-    try:
-        app.agent(value_type=str)(_probe_agent)
-    except TypeError:
-        return "@app.agent(value_type=...)"
-    agent = next(iter(app.agents.values()))
-    if not hasattr(agent, "ask"):
-        return "agent RPC (agent.ask)"
-    return None
-
-
-async def _probe_agent(stream: Any) -> None:
-    async for _ in stream:
-        pass
-
-
-def _missing_windows() -> str | None:
-    app = faust.App("probe-windows")
-
-    class Raw(faust.Record):
-        value: float
-
-    try:
-        app.Table("t", default=list, on_window_close=lambda key, value: None).tumbling(
-            10, expires=timedelta(seconds=1)
-        ).relative_to_field(Raw.value)
-        app.Table("h", default=int).hopping(10, 5, expires=timedelta(minutes=10)).relative_to_stream()
-    except Exception as exc:
-        return f"Faust's windowed tables ({type(exc).__name__}: {exc})"
-    return None
-
-
-def _needs(missing: str | None) -> None:
-    if missing is not None:
-        pytest.skip(f"needs {missing}, not in streamkit yet")
+def _declares(ex: Example, *needs: tuple[type, str]) -> None:
+    """Skip an example that needs parts of the Faust surface other work is landing (channels,
+    RPC, Faust's windowed tables: docs/faust.md names them) when importing it, which runs its
+    declarations, fails here (the error is the skip's reason), or when a class lacks a name
+    it calls only as it runs (``needs``: (class, attribute) pairs). Once they land, it runs.
+    The examples that need nothing more are never probed: a failure of theirs is a failure."""
+    for cls, attribute in needs:
+        if not hasattr(cls, attribute):
+            pytest.skip(f"needs {cls.__name__}.{attribute}, not in streamkit yet")
+    probe = subprocess.run(
+        [sys.executable, "-c", f"import {ex.name}"], cwd=ex.dir, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ex.dir)},
+    )
+    if probe.returncode != 0:
+        error = (probe.stderr.strip().splitlines() or ["?"])[-1]
+        pytest.skip(f"declaring it fails here (needs what is not in streamkit yet): {error}")
 
 
 # -- running one example ---------------------------------------------------------------------
@@ -280,8 +257,8 @@ def test_leader(example: Callable[[str], Example]) -> None:
 
 
 def test_service(example: Callable[[str], Example]) -> None:
-    _needs(_missing_agent_features())
     ex = example("advanced/service.py")
+    _declares(ex)
     worker = ex.worker()
     worker.wait_for(r"\[\^MyService\]: STARTED")
     worker.wait_for(r"^Received: 'hello'$", timeout=90)
@@ -299,8 +276,8 @@ def test_crontab_tz_unaware(example: Callable[[str], Example]) -> None:
 
 
 def test_word_count(example: Callable[[str], Example]) -> None:
-    _needs(_missing_agent_features())
     ex = example("word_count.py")
+    _declares(ex)
     worker = ex.worker()
     web = ex.web_url(worker)
     # Its task sends 1000 of each word; the table route answers the page.
@@ -357,20 +334,31 @@ def test_kubernetes_consumer(example: Callable[[str], Example]) -> None:
 
 
 def test_withdrawals(example: Callable[[str], Example]) -> None:
-    _needs(_missing_windows())
     ex = example("withdrawals.py")
+    _declares(ex)
     worker = ex.worker()
     web = ex.web_url(worker)
     produce = ex.command("produce", "--max-messages", "50", "--max-latency", "0")
     produce.wait_for(r"^\+SEND 0$")
     produce.stop(None)
-    _until(lambda: _get(f"{web}/status")[1]["records_in"] >= 100, "both agents to read the 50 withdrawals")
+    # track_user_withdrawal reads them (track_country_withdrawal reads its own topic, which
+    # nothing in the example sends to, on Faust too); none fails.
+    def read_all() -> dict[str, Any] | None:
+        status: dict[str, Any] = _get(f"{web}/status")[1]
+        return status if status["records_in"] >= 50 else None
+
+    assert _until(read_all, "the 50 withdrawals read")["dead_lettered"] == 0
     worker.stop()
 
 
+@pytest.mark.xfail(
+    reason="with channels and RPC merged it still needs event.message.tp and stream.active_partitions as "
+    "Faust's set attribute (docs/faust.md); strict: remove this mark once it passes",
+    strict=True,
+)
 def test_isolated_partitions_crashing(example: Callable[[str], Example]) -> None:
-    _needs(_missing_agent_features())
     ex = example("advanced/isolated_partitions_crashing.py")
+    _declares(ex)
     worker = ex.worker()
     produce = ex.command("produce", "--max-messages", "30", "--max-latency", "0")
     produce.wait_for(r"^\+SEND 0$")
@@ -380,8 +368,8 @@ def test_isolated_partitions_crashing(example: Callable[[str], Example]) -> None
 
 
 def test_rpc(example: Callable[[str], Example]) -> None:
-    _needs(_missing_agent_features())
     ex = example("advanced/rpc.py")
+    _declares(ex, (faust.Agent, "ask"), (faust.Agent, "join"))
     worker = ex.worker()
     worker.wait_for(r"streamkit worker: app 'RPC99'")
     x100 = ex.command("x100", "3")
@@ -393,16 +381,16 @@ def test_rpc(example: Callable[[str], Example]) -> None:
 
 
 def test_bound_agent(example: Callable[[str], Example]) -> None:
-    _needs(_missing_agent_features())
     ex = example("bound_agent.py")
+    _declares(ex, (faust.App, "channel"))
     worker = ex.worker()
     worker.wait_for(r"\[stage1\] action arrived|\[dead letter\] arrived", timeout=60)
     worker.stop()
 
 
 def test_windowing_tumbling(example: Callable[[str], Example]) -> None:
-    _needs(_missing_windows())
     ex = example("windowing/tumbling.py")
+    _declares(ex)
     worker = ex.worker()
     worker.wait_for(r"^current\(\) should go from 1 to 5: 1$", timeout=60)
     worker.wait_for(r"^current\(\) should go from 1 to 5: 2$", timeout=60)
@@ -410,16 +398,16 @@ def test_windowing_tumbling(example: Callable[[str], Example]) -> None:
 
 
 def test_windowing_hopping(example: Callable[[str], Example]) -> None:
-    _needs(_missing_windows())
     ex = example("windowing/hopping.py")
+    _declares(ex)
     worker = ex.worker()
     worker.wait_for(r"^current\(\) should have values between 1-3: [123]$", timeout=60)
     worker.stop()
 
 
 def test_windowing_hopping_2(example: Callable[[str], Example]) -> None:
-    _needs(_missing_windows())
     ex = example("windowing/hopping_2.py")
+    _declares(ex)
     worker = ex.worker()
     worker.wait_for(r"^Receive message : ", timeout=60)
     worker.wait_for(r"^processing window:\d+ events,timestamp ", timeout=60)
@@ -427,8 +415,8 @@ def test_windowing_hopping_2(example: Callable[[str], Example]) -> None:
 
 
 def test_windowed_aggregation(example: Callable[[str], Example]) -> None:
-    _needs(_missing_windows())
     ex = example("windowed_aggregation.py")
+    _declares(ex)
     worker = ex.worker()
     worker.wait_for(r"^processing window:\d+ events,mean: \d\.\d\d,timestamp ", timeout=60)
     worker.stop()
