@@ -45,7 +45,7 @@ Sink = Union[Topic, Channel, "Agent", Callable[[Any], Any]]
 
 def faust_agent_name(fn: Any) -> str:
     """The name Faust gives an agent without ``name=``: ``module.function``; for the script
-    run as ``__main__``, the module path of the script (its package folders, then its stem)."""
+    run as ``__main__``, the script's package folders (innermost first, as Faust) and stem."""
     module = getattr(fn, "__module__", None) or "__main__"
     if module == "__main__":
         module = _main_module_name()
@@ -57,12 +57,14 @@ def _main_module_name() -> str:
     if not filename:
         return "__main__"
     path = Path(filename).absolute()
-    parts = [path.stem]
+    # Faust lists the package folders from the innermost out (``pkg/sub/app.py`` is
+    # ``sub.pkg.app``); the same order here, so both name the topic alike.
+    packages = []
     folder = path.parent
     while (folder / "__init__.py").exists():
-        parts.insert(0, folder.name)
+        packages.append(folder.stem)
         folder = folder.parent
-    return ".".join(parts)
+    return ".".join([*packages, path.stem])
 
 
 class Agent:
