@@ -108,6 +108,13 @@ class ReplyConsumer:
         for future in self._waiting.values():
             future.cancel()
         self._waiting.clear()
-        if self._reader is not None:
-            await self._reader.aclose()
-            self._reader = None
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            try:
+                await reader.aclose()
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise
+                # aiokafka's fetcher re-raises the cancellation of its own fetch on close
+                logger.debug("the reply reader's fetch was cancelled while closing")

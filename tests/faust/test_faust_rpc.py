@@ -4,9 +4,14 @@ plain script's questions."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib
+import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +19,7 @@ from typing import Any
 import pytest
 
 import streamkit as faust
+from streamkit.runtime import Worker
 from streamkit.testing import AppDriver
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -123,3 +129,76 @@ async def test_a_plain_script_asks_a_streamkit_worker_through_streamkit_broker(b
         stderr = worker.stderr.read() if worker.stderr is not None else ""
         assert code == 0, stderr
     assert "Traceback" not in stderr, stderr
+
+
+async def test_faust_and_streamkit_ask_each_others_agents(broker: Any, faust_python: Path, tmp_path: Path) -> None:
+    """faust-streaming 0.15 (``faust_rpc_side.py``) and streamkit share an agent's topic name
+    and answer each other's ``ask`` through ``streamkit broker``."""
+    url = f"kafka://{broker.bootstrap}"
+    faust_id = "rpc-interop-faust"
+    app = faust.App("rpc-interop-sk", broker=url)
+    doubles = app.topic("rpc-interop-doubles", value_type=int)
+
+    @app.agent(doubles)
+    async def double(stream: faust.Stream):  # type: ignore[no-untyped-def]
+        async for n in stream:
+            yield n * 2
+
+    # The Faust app's agent as streamkit names it: same app id, same module and function.
+    asker = faust.App(faust_id, broker=url)
+
+    async def triple(stream: faust.Stream):  # type: ignore[no-untyped-def]
+        async for n in stream:
+            yield n
+
+    triple.__module__ = "faust_rpc_side"  # the module Faust's agent is defined in
+    faust_triple = asker.agent()(triple)
+
+    out = tmp_path / "faust-notes.jsonl"
+    log = tmp_path / "faust.log"
+    env = {
+        **os.environ,
+        "FAUST_BROKER": url,
+        "FAUST_APP_ID": faust_id,
+        "FAUST_DATADIR": str(tmp_path / "faust-data"),
+        "FAUST_OUT": str(out),
+        "SK_TOPIC": doubles.name,
+        "PYTHONUNBUFFERED": "1",
+    }
+    async with Worker(app):
+        with open(log, "w") as log_file:
+            proc = subprocess.Popen(
+                [str(faust_python), str(HERE / "faust_rpc_side.py"), "worker", "--without-web", "-l", "info"],
+                cwd=tmp_path, env=env, stdout=log_file, stderr=subprocess.STDOUT,
+            )
+        try:
+            # streamkit asks Faust's agent (Faust creates its topic when it starts).
+            assert await asyncio.wait_for(faust_triple.ask(5), FAUST_TIMEOUT_S) == 15
+            deadline = time.monotonic() + FAUST_TIMEOUT_S
+            while "asked" not in (notes := faust_notes(out)):
+                assert proc.poll() is None, f"faust exited with {proc.returncode}:\n{log.read_text()[-4000:]}"
+                assert time.monotonic() < deadline, f"timed out; faust noted {notes}\n{log.read_text()[-4000:]}"
+                await asyncio.sleep(0.1)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(30)
+    from streamkit.runtime.standalone import attach
+
+    await (await attach(asker)).aclose()
+    assert notes["agent_topic"]["name"] == faust_triple.channel.name == f"{faust_id}-faust_rpc_side.triple"
+    assert notes["asked"]["value"] == 42  # Faust's ask, answered by streamkit's agent
+
+
+FAUST_TIMEOUT_S = 120
+HERE = Path(__file__).resolve().parent
+
+
+def faust_notes(path: Path) -> dict[str, dict[str, Any]]:
+    if not path.exists():
+        return {}
+    notes = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {n["kind"]: n for n in notes}
