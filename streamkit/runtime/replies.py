@@ -113,8 +113,8 @@ class ReplyConsumer:
             try:
                 await reader.aclose()
             except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
+                closing = asyncio.current_task()
+                if closing is not None and closing.cancelling():
                     raise
                 # aiokafka's fetcher re-raises the cancellation of its own fetch on close
                 logger.debug("the reply reader's fetch was cancelled while closing")
