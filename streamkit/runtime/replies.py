@@ -7,8 +7,10 @@ promise of its correlation id; a reply nobody waits for (an asker that gave up, 
 process sharing the topic) is dropped.
 
 The loop reads only while some promise waits: with none, it sleeps on an event that the
-next promise sets; while promises wait and the topic has nothing new, it looks again every
-``POLL_S``.
+next promise sets. While promises wait and the topic has nothing new, it looks again after
+``POLL_FIRST_S``, doubling up to ``POLL_MAX_S`` (a Kafka fetch waits on the broker meanwhile;
+the embedded log answers at once), and from ``POLL_FIRST_S`` again after a reply or a new
+request: a reply is seen within a few milliseconds of being written.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from streamkit.replies import decode_response, reply_topic
 from streamkit.transport.base import LogClient, PartitionReader, TransportError
 
 logger = logging.getLogger(__name__)
-POLL_S = 0.02
+POLL_FIRST_S = 0.0005
+POLL_MAX_S = 0.02
 READ_MAX_RECORDS = 1000
 
 
@@ -37,6 +40,7 @@ class ReplyConsumer:
         self._loops: dict[str, asyncio.Task[None]] = {}
         self._listening: dict[str, asyncio.Future[None]] = {}
         self.replies = 0  # replies that resolved a promise
+        self._asked = 0  # promises made: a new one makes the readers look again soon
 
     async def listen(self, reply_to: str) -> None:
         started = self._listening.get(reply_to)
@@ -66,6 +70,7 @@ class ReplyConsumer:
     def promise(self, correlation_id: str) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting[correlation_id] = future
+        self._asked += 1
         self._wanted.set()
         return future
 
@@ -76,6 +81,8 @@ class ReplyConsumer:
         tp = TopicPartition(reply_to, 0)
         reader = self._reader
         assert reader is not None
+        delay = POLL_FIRST_S
+        asked = self._asked
         while True:
             if not self._waiting:
                 self._wanted.clear()
@@ -95,8 +102,11 @@ class ReplyConsumer:
                 if future is not None and not future.done():
                     future.set_result(reply[1])
                     self.replies += 1
+            if chunk.records or asked != self._asked:
+                delay, asked = POLL_FIRST_S, self._asked
             if chunk.next_offset == offset:
-                await asyncio.sleep(POLL_S)
+                await asyncio.sleep(delay)
+                delay = min(POLL_MAX_S, delay * 2)
             offset = chunk.next_offset
 
     async def aclose(self) -> None:
