@@ -330,8 +330,7 @@ class Worker:
         """Answer an RPC request: ``value`` to ``reply_to`` (``replies.py``); the commit of the
         request waits for it, as for every send made while processing a record."""
         sender = self._sender
-        if sender is None or self.app.sender is None:
-            return  # stopping: the request is processed again, and answered, after a restart
+        assert sender is not None  # set by start, before any task runs
         topic = self._reply_topics.get(reply_to)
         if topic is None:
             topic = self._reply_topics[reply_to] = reply_topic(self.app, reply_to)
