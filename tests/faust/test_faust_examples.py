@@ -352,8 +352,8 @@ def test_withdrawals(example: Callable[[str], Example]) -> None:
 
 
 @pytest.mark.xfail(
-    reason="with channels and RPC merged it still needs event.message.tp and stream.active_partitions as "
-    "Faust's set attribute (docs/faust.md); strict: remove this mark once it passes",
+    reason="needs event.message.tp (Faust's TopicPartition of the message): every record goes to the "
+    "dead-letter topic (docs/faust.md); strict: remove this mark once it passes",
     strict=True,
 )
 def test_isolated_partitions_crashing(example: Callable[[str], Example]) -> None:
