@@ -694,7 +694,12 @@ def _compile_stream_join(app: App, pipeline: Pipeline, name: str, at: int) -> li
     for side, (src, ops) in sides.items():
         value_serde = serde_for("json", None) if _retypes(ops) else src.topic.value_serde
         if not moves[side]:
-            inputs[side] = (src.topic, runner(tuple(ops)), value_serde)
+            run = runner(tuple(ops))
+            if _retypes(ops):
+                # Stored values come back through JSON: so does the record in hand, so the
+                # joiner sees one type whichever side came first.
+                run = _through(run, value_serde)
+            inputs[side] = (src.topic, run, value_serde)
             continue
         hop = app.topic(
             f"{app.id}-{name}-{join.name}-{side}-repartition",
@@ -733,6 +738,15 @@ def _compile_stream_join(app: App, pipeline: Pipeline, name: str, at: int) -> li
     stages.append(_join_stage(f"{name}-{join.name}", state, inputs, run_before, Sink(hop)))
     stages.append(_stage(name, hop, tuple(rest), terminal))
     return stages
+
+
+def _through(run: Callable[[Any, Any], Pairs], serde: Serde) -> Callable[[Any, Any], Pairs]:
+    dumps, loads = serde.dumps, serde.loads
+
+    def run_through(key: Any, value: Any) -> Pairs:
+        return [(k, v if v is None else loads(dumps(v))) for k, v in run(key, value)]
+
+    return run_through
 
 
 def _join_stage(

@@ -23,6 +23,7 @@ import streamkit as sk
 from streamkit._core.errors import ConfigError
 from streamkit.tables.errors import TableError
 from streamkit.testing import AppDriver
+from streamkit.windows import Tumbling
 
 BASE = 1_700_000_000_000
 Input = list[tuple[str, str, int]]  # side, key, timestamp (ms after BASE)
@@ -59,7 +60,8 @@ async def _run(how: str, records: Input, restart_at: int | None, store: str = "r
                     (e.value["id"], dict(e.headers)["streamkit.reason"].decode())
                     for e in await driver.read(app.topics["joins-late"])
                 ]
-        return joined, late, app.tables["joined-join"].late_records
+                described = {t["name"]: t for t in driver.worker.state_manager.describe()}
+        return joined, late, described["joined-join"]["late_records"]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -74,9 +76,10 @@ inputs = st.lists(
 @given(records=inputs, how=st.sampled_from(["inner", "left", "outer"]), restart=st.none() | st.integers(0, 30))
 def test_the_worker_matches_the_model_also_across_a_restart(records: Input, how: str, restart: int | None) -> None:
     model = model_join(10, 4, how, [(s, k.encode(), ts, i) for i, (s, k, ts) in enumerate(records)])
-    joined, late, _counted = asyncio.run(_run(how, records, restart))
+    joined, late, counted = asyncio.run(_run(how, records, restart))
     assert joined == [(k.decode(), ts, left, right) for k, ts, left, right in model.outputs]
     assert late == model.late
+    assert counted == len(model.late)
 
 
 def test_a_restart_mid_input_gives_what_an_uninterrupted_run_gives() -> None:
@@ -160,3 +163,33 @@ def test_join_state_is_not_queryable_but_the_stream_table_join_still_works() -> 
     users = app.Table("users", partitions=2)
     enriched = app.stream(a).join(users, lambda x, u: (x, u), how="left")
     assert type(enriched.nodes[-1]).__name__ == "Join"
+
+
+async def test_mapped_values_reach_the_joiner_alike_from_either_side_and_feed_windows() -> None:
+    app = sk.App("retyped")
+    a = app.topic("a", key_type=str, value_type=str, partitions=1)
+    b = app.topic("b", key_type=str, value_type=str, partitions=1)
+    out = app.topic("out", key_type=str, value_type=list, partitions=1)
+    seen: list[tuple[str, str]] = []
+
+    def pair(left: Any, right: Any) -> list[Any]:
+        seen.append((type(left).__name__, type(right).__name__))
+        return [left, right]
+
+    joined = app.stream(a).map_values(lambda v: (v, 1)).join(app.stream(b), pair, within=10)
+    joined.to(out)
+    per_window = (
+        app.stream(a).join(app.stream(b), lambda x, y: x + y, within=10, name="j2")
+        .group_by_key().window(Tumbling(60)).count("pairs_per_minute", key_type=str)
+    )
+    async with AppDriver(app) as driver:
+        await driver.send(a, "x", key="k", timestamp=BASE + 1000)   # stored, paired later
+        await driver.send(b, "y", key="k", timestamp=BASE + 2000)
+        await driver.process()
+        await driver.send(a, "z", key="k", timestamp=BASE + 3000)   # in hand, paired at once
+        await driver.process()
+        values = [e.value for e in await driver.read(out)]
+        windows = per_window.windows("k")
+    assert values == [[["x", 1], "y"], [["z", 1], "y"]]
+    assert seen == [("list", "str"), ("list", "str")]
+    assert [(w["start"] - BASE + BASE % 60_000, w["value"]) for w in windows] == [(0, 2)]
