@@ -43,13 +43,20 @@ def _self_join_app(how: str, within_s: float, grace_s: float, store: str) -> tup
     return app, events, out
 
 
-async def _run(how: str, records: Input, restart_at: int | None, store: str = "rocksdb://") -> Any:
+async def _run(
+    how: str, records: Input, restart_at: int | None, store: str = "rocksdb://", wipe: bool = False
+) -> Any:
+    """Run the self-join over ``records``, stopping the worker after ``restart_at`` records and
+    starting it again on the same log (and, unless ``wipe``, the same local state: with
+    ``wipe`` the join state is rebuilt from its changelog alone)."""
     app, events, out = _self_join_app(how, 0.010, 0.004, store)
     tmp = tempfile.mkdtemp(prefix="join-dsl-")
     dirs = {"data_dir": f"{tmp}/log", "state_dir": f"{tmp}/state"}
     cut = len(records) if restart_at is None else min(restart_at, len(records))
     try:
         for lo, hi in ((0, cut), (cut, len(records))):
+            if wipe and lo:
+                shutil.rmtree(dirs["state_dir"], ignore_errors=True)
             async with AppDriver(app, **dirs) as driver:
                 for i in range(lo, hi):
                     side, key, ts = records[i]
@@ -73,10 +80,15 @@ inputs = st.lists(
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(records=inputs, how=st.sampled_from(["inner", "left", "outer"]), restart=st.none() | st.integers(0, 30))
-def test_the_worker_matches_the_model_also_across_a_restart(records: Input, how: str, restart: int | None) -> None:
+@given(
+    records=inputs, how=st.sampled_from(["inner", "left", "outer"]), restart=st.none() | st.integers(0, 30),
+    wipe=st.booleans(),
+)
+def test_the_worker_matches_the_model_also_across_a_restart(
+    records: Input, how: str, restart: int | None, wipe: bool
+) -> None:
     model = model_join(10, 4, how, [(s, k.encode(), ts, i) for i, (s, k, ts) in enumerate(records)])
-    joined, late, counted = asyncio.run(_run(how, records, restart))
+    joined, late, counted = asyncio.run(_run(how, records, restart, wipe=wipe))
     assert joined == [(k.decode(), ts, left, right) for k, ts, left, right in model.outputs]
     assert late == model.late
     assert counted == len(model.late)
@@ -91,6 +103,7 @@ def test_a_restart_mid_input_gives_what_an_uninterrupted_run_gives() -> None:
     whole = asyncio.run(_run("outer", records, None))
     for cut in (3, 7, 10):
         assert asyncio.run(_run("outer", records, cut)) == whole
+        assert asyncio.run(_run("outer", records, cut, wipe=True)) == whole  # from the changelog alone
     joined, late, counted = whole
     assert late == [(7, "window-closed")] and counted == 1
     assert (("a", 9, 0, 5) in joined) and (("b", 3, None, 1) not in joined)
