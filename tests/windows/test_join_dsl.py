@@ -256,3 +256,15 @@ def test_two_topics_are_joined_in_timestamp_order_and_a_replay_gives_the_same_ou
     first = asyncio.run(_two_topics(how, left, right))
     assert first == [(k.decode(), ts, lv, rv) for k, ts, lv, rv in model.outputs]
     assert asyncio.run(_two_topics(how, left, right)) == first
+
+
+def test_the_backfill_refuses_a_table_fed_by_a_stream_join_by_name() -> None:
+    from streamkit.spark.backfill import find_pipeline
+
+    app = sk.App("nobackfill")
+    a = app.topic("a", key_type=str, value_type=dict, partitions=2)
+    b = app.topic("b", key_type=str, value_type=dict, partitions=2)
+    joined = app.stream(a).join(app.stream(b), lambda x, y: {"page": y["page"]}, within=5, name="clicks")
+    joined.group_by(lambda v: v["page"], name="page").count("per_page")
+    with pytest.raises(ConfigError, match="stream-stream join 'clicks'"):
+        find_pipeline(app, "per_page")
