@@ -35,8 +35,8 @@ Rules (Kafka Streams 3.1+, stream time shared by both sides of a task):
 Store layout (all keys of one join task share one store; *wk* is
 ``keys.encode_window_key(key, ts, seq)``, *side* ``b"L"`` or ``b"R"``)::
 
-    0x00 "stream_time"                       -> 8 bytes: stream time (keys.encode_ms)
-    0x00 "seq"                               -> 8 bytes: the next arrival number
+    0x00 "progress"                          -> 16 bytes: stream time, the next arrival
+                                                number (each keys.encode_ms)
     0x01 side wk                             -> the record's value bytes
     0x02 ts(8) side wk                       -> b""  (every stored record by time: expiry)
     0x03 ts(8) seq(8) side wk                -> b""  (unpaired records that may be emitted
@@ -84,11 +84,11 @@ JoinKind = Literal["inner", "left", "outer"]
 JOIN_KINDS: tuple[str, ...] = ("inner", "left", "outer")
 
 _META = b"\x00"
-_STREAM_TIME_KEY = _META + b"stream_time"
-_SEQ_KEY = _META + b"seq"
+_PROGRESS_KEY = _META + b"progress"
 _DATA = b"\x01"
 _BY_TIME = b"\x02"
 _UNPAIRED = b"\x03"
+_UNPAIRED_END = b"\x04"
 _SIDE_BYTE = {"left": b"L", "right": b"R"}
 _SIDE_OF = {b"L": "left", b"R": "right"}
 _OTHER: dict[str, Side] = {"left": "right", "right": "left"}
@@ -149,10 +149,9 @@ class WindowJoin:
         self._codecs = {"left": left or Codec(), "right": right or Codec()}
         # The sides whose unpaired records are emitted with None on the other side.
         self._outer_sides = {"inner": (), "left": ("left",), "outer": ("left", "right")}[how]
-        raw = self.store.get(_STREAM_TIME_KEY)
-        self.stream_time = StreamTime(decode_ms(raw) if raw is not None else -1)
-        raw = self.store.get(_SEQ_KEY)
-        self._seq = decode_ms(raw) if raw is not None else 0
+        raw = self.store.get(_PROGRESS_KEY)
+        self.stream_time = StreamTime(decode_ms(raw[:8]) if raw is not None else -1)
+        self._seq = decode_ms(raw[8:]) if raw is not None else 0
         # Where the last close and expiry scans stopped: everything below was handled then,
         # and no record can come below them since, so the next scans start there.
         span = within_ms + grace_ms
@@ -165,7 +164,7 @@ class WindowJoin:
         # it only costs a scan), so an advance that closes none reads nothing.
         self._marks: list[int] = []
         if self._outer_sides:
-            for mark, _ in self.store.range(_UNPAIRED, _UNPAIRED + b"\xff"):
+            for mark, _ in self.store.range(_UNPAIRED, _UNPAIRED_END):
                 self._marks.append(decode_ms(mark[1:9]))
             heapq.heapify(self._marks)
 
@@ -183,7 +182,6 @@ class WindowJoin:
             step.late = LateRecord(key, ts_ms, value, "window-closed", self.stream_time.ms)
             return step
         if self.stream_time.advance(ts_ms):
-            self.store.put(_STREAM_TIME_KEY, encode_ms(ts_ms))
             self._emit_closed(step.results)
         other = _OTHER[side]
         other_byte = _SIDE_BYTE[other]
@@ -205,7 +203,7 @@ class WindowJoin:
                     self.store.delete(mark)
         seq = self._seq
         self._seq += 1
-        self.store.put(_SEQ_KEY, encode_ms(self._seq))
+        self.store.put(_PROGRESS_KEY, encode_ms(self.stream_time.ms) + encode_ms(self._seq))
         side_byte = _SIDE_BYTE[side]
         wk = encode_window_key(key, ts_ms, seq)
         self.store.put(_DATA + side_byte + wk, self._codecs[side].dumps(value))
@@ -254,7 +252,7 @@ class WindowJoin:
 
     def unpaired(self) -> Iterator[tuple[Side, bytes, int]]:
         """The records waiting for their window to close to be emitted unpaired, in emit order."""
-        for mark, _ in self.store.range(_UNPAIRED, _UNPAIRED + b"\xff"):
+        for mark, _ in self.store.range(_UNPAIRED, _UNPAIRED_END):
             side: Side = "left" if mark[17:18] == b"L" else "right"
             key, ts, _seq = decode_window_key(mark[18:])
             yield side, key, ts

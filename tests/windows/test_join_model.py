@@ -177,9 +177,9 @@ def test_state_stays_bounded_over_advancing_time() -> None:
     for i in range(5_000):
         join.process("left" if i % 2 else "right", str(i % 7).encode(), i * 10, b"v")
     # Records kept: those within 2 * within + grace = 120 ms of stream time (+ the expiry step
-    # of 30 ms), with their index entries and unpaired marks, plus the two meta keys.
+    # of 30 ms), with their index entries and unpaired marks, plus the progress key.
     assert len(list(join.stored())) <= 16
-    assert len(store) <= 16 * 3 + 2
+    assert len(store) <= 16 * 3 + 1
 
 
 def test_bad_arguments_are_refused() -> None:
