@@ -268,3 +268,12 @@ def test_the_backfill_refuses_a_table_fed_by_a_stream_join_by_name() -> None:
     joined.group_by(lambda v: v["page"], name="page").count("per_page")
     with pytest.raises(ConfigError, match="stream-stream join 'clicks'"):
         find_pipeline(app, "per_page")
+
+
+def test_the_dsl_docstring_examples_run() -> None:
+    import doctest
+
+    import streamkit.dsl
+
+    result = doctest.testmod(streamkit.dsl, raise_on_error=False, verbose=False)
+    assert result.attempted >= 6 and result.failed == 0
