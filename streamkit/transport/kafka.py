@@ -34,15 +34,19 @@ from aiokafka.coordinator.protocol import (
 )
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
+from streamkit._core.errors import ConfigError
 from streamkit._core.types import TopicPartition
 from streamkit.transport.base import (
+    READ_UNCOMMITTED,
     BatchAck,
     ConsumerRecord,
     Header,
     ReadChunk,
     RebalanceListener,
     RecordMetadata,
+    TransactionalProducer,
     TransportError,
+    check_isolation_level,
 )
 from streamkit.transport.kafka_tools import KafkaTools
 from streamkit.transport.placement import (
@@ -130,18 +134,26 @@ class KafkaLogClient:
     def producer(self) -> KafkaProducer:
         return KafkaProducer(self.bootstrap_servers)
 
-    def reader(self) -> KafkaReader:
-        return KafkaReader(self.bootstrap_servers)
+    def transactional_producer(self, transactional_id: str) -> TransactionalProducer:
+        raise ConfigError(
+            "processing_guarantee='exactly_once' is offered on the embedded log (file://) only so "
+            "far; on kafka:// use at_least_once"
+        )
 
-    def consumer(self, group_id: str, *, auto_offset_reset: str = "earliest") -> KafkaConsumer:
-        return KafkaConsumer(self.bootstrap_servers, group_id, auto_offset_reset)
+    def reader(self, *, isolation_level: str = READ_UNCOMMITTED) -> KafkaReader:
+        return KafkaReader(self.bootstrap_servers, check_isolation_level(isolation_level))
+
+    def consumer(
+        self, group_id: str, *, auto_offset_reset: str = "earliest", isolation_level: str = READ_UNCOMMITTED
+    ) -> KafkaConsumer:
+        return KafkaConsumer(self.bootstrap_servers, group_id, auto_offset_reset, check_isolation_level(isolation_level))
 
 
 class KafkaReader:
     """A ``PartitionReader`` through a group-less consumer (``KafkaTools.fetch``)."""
 
-    def __init__(self, bootstrap_servers: str) -> None:
-        self._tools = KafkaTools(bootstrap_servers)
+    def __init__(self, bootstrap_servers: str, isolation_level: str = READ_UNCOMMITTED) -> None:
+        self._tools = KafkaTools(bootstrap_servers, isolation_level=isolation_level)
 
     async def bounds(self, tp: TopicPartition) -> tuple[int, int]:
         return await self._tools.offsets(tp.topic, tp.partition)
@@ -435,13 +447,16 @@ def _assignor(placement: _Placement) -> type[AbstractPartitionAssignor]:
 
 
 class KafkaConsumer:
-    def __init__(self, bootstrap_servers: str, group_id: str, auto_offset_reset: str) -> None:
+    def __init__(
+        self, bootstrap_servers: str, group_id: str, auto_offset_reset: str, isolation_level: str = READ_UNCOMMITTED
+    ) -> None:
         self._placement = _Placement()
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=bootstrap_servers,
             group_id=group_id,
             enable_auto_commit=False,
             auto_offset_reset=auto_offset_reset,
+            isolation_level=isolation_level,
             # One assignor only: with more, aiokafka sends a JoinGroup per assignor on every
             # rejoin, and members joining together rebalance each other forever (module doc).
             partition_assignment_strategy=(_assignor(self._placement),),
