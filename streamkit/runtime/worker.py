@@ -144,6 +144,12 @@ class Worker:
             self.task_assignment.inboxes, self.fail, lambda: self._failure is not None, self.state_manager
         )
         self.gate = self.committer.gate  # closed while an exactly-once commit seals (``commits.py``)
+        # Exactly-once: made here (no I/O), so a transport that does not offer it refuses at
+        # once. One transactional id per app on the embedded log (one worker owns it): a
+        # restart fences the killed instance and aborts what it left open.
+        self._transactional = (
+            self.client.transactional_producer(f"{app.id}-eos") if app.exactly_once else None
+        )
         self._start_positions: dict[TopicPartition, int] = {}
         self.topology = Topology(app, self.client, self.state_manager)
         self._producer: Producer | None = None
@@ -169,16 +175,14 @@ class Worker:
         if self._started:
             return
         self._started = True
-        await self.client.start()
         producer: Producer
-        if self.app.exactly_once:
-            # One transactional id per app on the embedded log (one worker owns it): a restart
-            # fences the killed instance and aborts what it left open.
-            producer = self.client.transactional_producer(f"{self.app.id}-eos")
+        if self._transactional is not None:
+            producer = self._transactional
             self.committer.tasks = _TaskControl(self)
             self.committer.group_id = self.app.id
         else:
             producer = self.client.producer()
+        await self.client.start()
         await producer.start()
         self._producer = producer
         self._sender = RuntimeSender(producer, self.clock, self.topology.partitions_for)
