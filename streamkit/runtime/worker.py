@@ -88,6 +88,12 @@ class _TablesFollowPartitions:
         await self._worker.state_manager.revoke({tp.partition for tp in revoked} - kept)
 
 
+def _transaction_timeout_ms(app: App) -> int:
+    """Long enough for a few commit intervals: a transaction lives one interval (plus the
+    wait for the tasks to finish their records); the log aborts one open longer."""
+    return min(900_000, max(60_000, 5 * app.commit_interval_ms))
+
+
 class _TaskControl:
     """The worker's partition tasks as an exactly-once commit sees them (``commits.py``)."""
 
@@ -148,7 +154,9 @@ class Worker:
         # once. One transactional id per app on the embedded log (one worker owns it): a
         # restart fences the killed instance and aborts what it left open.
         self._transactional = (
-            self.client.transactional_producer(f"{app.id}-eos") if app.exactly_once else None
+            self.client.transactional_producer(f"{app.id}-eos", timeout_ms=_transaction_timeout_ms(app))
+            if app.exactly_once
+            else None
         )
         self._start_positions: dict[TopicPartition, int] = {}
         self.topology = Topology(app, self.client, self.state_manager)

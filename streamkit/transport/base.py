@@ -259,7 +259,10 @@ class LogClient(Protocol):
 
     def producer(self) -> Producer: ...
 
-    def transactional_producer(self, transactional_id: str) -> TransactionalProducer: ...
+    def transactional_producer(self, transactional_id: str, *, timeout_ms: int = 60_000) -> TransactionalProducer:
+        """A producer of ``transactional_id``; the log aborts a transaction open longer than
+        ``timeout_ms`` (and fences the producer). No I/O until ``start``."""
+        ...
 
     def consumer(
         self, group_id: str, *, auto_offset_reset: str = "earliest", isolation_level: str = READ_UNCOMMITTED

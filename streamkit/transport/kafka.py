@@ -134,7 +134,7 @@ class KafkaLogClient:
     def producer(self) -> KafkaProducer:
         return KafkaProducer(self.bootstrap_servers)
 
-    def transactional_producer(self, transactional_id: str) -> TransactionalProducer:
+    def transactional_producer(self, transactional_id: str, *, timeout_ms: int = 60_000) -> TransactionalProducer:
         raise ConfigError(
             "processing_guarantee='exactly_once' is offered on the embedded log (file://) only so "
             "far; on kafka:// use at_least_once"
