@@ -8,6 +8,7 @@ import asyncio
 import random
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -93,3 +94,58 @@ async def test_a_fenced_producer_rewinds_to_the_last_commit_and_goes_on(app_env:
         table = {k: eos_app.counts[k] for k in set(KEYS)}
     _check_exact(await outputs(app_env, "read_committed"), first + second)
     assert {k: v for k, v in table.items() if v} == reference(first + second)
+
+
+async def test_a_group_by_hop_commits_with_the_transaction(tmp_path: Path) -> None:
+    """The repartition topic is written inside the transaction and read committed: records
+    reach the second stage after the commit that holds them, each once."""
+    import streamkit as sk
+    from streamkit.transport.base import READ_COMMITTED
+
+    url = f"file://{tmp_path / 'log'}"
+    app = sk.App("eoshop", broker=url, processing_guarantee="exactly_once", commit_interval=0.05)
+    src = app.topic("src", key_type=str, value_type=int, partitions=2)
+    out = app.topic("out", key_type=str, value_type=int, partitions=2)
+    totals = app.Table("totals", default=int, key_type=str, value_type=int)
+
+    @app.agent(src, sink=[out])
+    async def regroup(stream: sk.Stream) -> Any:
+        async for value in stream.group_by(lambda v: f"g{v % 5}", name="mod5"):
+            totals[f"g{value % 5}"] += value
+            yield value
+
+    values = list(range(1, 1001))
+    client = EmbeddedLogClient(str(tmp_path / "log"))
+    worker = Worker(app, client=client, state_dir=str(tmp_path / "state"))
+    async with worker:
+        producer = client.producer()
+        await producer.start()
+        for v in values:
+            producer.send_nowait("src", v % 2, f"k{v}".encode(), str(v).encode(), 1000)
+        await producer.flush()
+        reader = client.reader(isolation_level=READ_COMMITTED)
+
+        async def committed_out() -> int:
+            total = 0
+            for p in range(2):
+                offset = 0
+                while True:
+                    chunk = await reader.read(sk.TopicPartition("out", p), offset, 10_000)
+                    if chunk.next_offset <= offset:
+                        break
+                    total += len(chunk.records)
+                    offset = chunk.next_offset
+            return total
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60
+        while await committed_out() < len(values):
+            assert loop.time() < deadline, "the hop's outputs were not committed in time"
+            await asyncio.sleep(0.05)
+        assert await committed_out() == len(values)
+        table = {k: totals[k] for k in (f"g{i}" for i in range(5))}
+        await reader.aclose()
+    expected: dict[str, int] = {}
+    for v in values:
+        expected[f"g{v % 5}"] = expected.get(f"g{v % 5}", 0) + v
+    assert table == expected
