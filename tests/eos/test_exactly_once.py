@@ -10,10 +10,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from streamkit.runtime.worker import Worker
 from streamkit.transport.embedded import EmbeddedLogClient
+from streamkit.web.server import WebServer
 from tests.eos import eos_app
 from tests.eos.eos_log import outputs, produce, reference
 
@@ -55,12 +57,14 @@ async def test_outputs_changelog_and_offsets_commit_together(app_env: str, tmp_p
     state = str(tmp_path / "state")
     client = EmbeddedLogClient(str(tmp_path / "log"))
     worker = Worker(eos_app.app, client=client, state_dir=state)
-    async with worker:
+    async with worker, WebServer(worker, port=0) as web, aiohttp.ClientSession() as http:
         await _until(lambda: sum(worker.committed.values()) >= len(pairs))
-        status = worker.guarantee_status()
+        async with http.get(f"{web.url}/status") as response:
+            status = await response.json()
         assert status["processing_guarantee"] == "exactly_once"
         assert status["transactions"]["committed"] >= 1
         assert status["transactions"]["aborted"] == 0
+        assert status["transactions"]["open"] in (0, 1)
         table = {k: eos_app.counts[k] for k in set(KEYS)}
     committed_out = await outputs(app_env, "read_committed")
     _check_exact(committed_out, pairs)
