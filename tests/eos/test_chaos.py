@@ -68,7 +68,7 @@ async def _chaos(tmp_path: Path, guarantee: str, seed: int) -> tuple[list[tuple[
     rng = random.Random(seed)
     url = f"file://{tmp_path / 'log'}"
     state = tmp_path / ".streamkit-state" / "eoscount"
-    env = {**os.environ, "EOS_BROKER": url, "EOS_COMMIT_S": "0.2", "EOS_PAUSE_EVERY": "15", "PYTHONPATH": str(HERE)}
+    env = {**os.environ, "EOS_BROKER": url, "EOS_COMMIT_S": "0.2", "EOS_PAUSE_EVERY": "5", "PYTHONPATH": str(HERE)}
     pairs = [(rng.choice(KEYS), i) for i in range(RECORDS)]
     await produce(url, pairs)
     logs: list[str] = []
