@@ -206,8 +206,7 @@ def _table() -> dict[str, Setting]:
              "record stops the worker (it backs off from 0.1 s, doubling to 30 s, in between)")
     honoured("processing_guarantee", "at_least_once", _guarantee,
              "at_least_once, or exactly_once: per commit interval a task's outputs, changelog records "
-             "and source offsets are committed in one transaction, consumers read committed only "
-             "(the embedded log; kafka:// refuses it so far)")
+             "and source offsets are committed in one transaction, consumers read committed only")
     # accepted, no effect here
     honoured("store", "memory://", _store,
              "the store of tables declared without store= (memory:// or rocksdb://); when the app "

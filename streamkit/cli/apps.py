@@ -100,7 +100,7 @@ broker_option = click.option(
     type=click.Choice(["at_least_once", "exactly_once"]),
     default=None,
     help="Override the app's processing_guarantee (exactly_once: outputs, changelogs and offsets "
-    "commit in one transaction per commit interval; the embedded log only, so far).",
+    "commit in one transaction per commit interval).",
 )
 @click.option(
     "--progress-interval",

@@ -178,10 +178,14 @@ class Committer:
         try:
             await _quiesce(tasks)
             if tasks.torn():
-                # Stopping with a record half processed: its outputs must not commit.
+                # A stopped task (its partitions revoked) left a record half processed: its
+                # outputs must not commit, so nothing in the transaction does; the tasks that
+                # go on start again from the last commit.
                 logger.warning("a stopped task left a record unfinished: aborting the open transaction")
                 await producer.abort_transaction()
                 self.aborts += 1
+                await tasks.rewind(dict(self.committed))
+                self.rewinds += 1
                 return {}
             positions = self.snapshot()
             outgoing = await self._state.send_changes(producer)

@@ -144,6 +144,10 @@ class PartitionTask:
         return failure
 
     @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    @property
     def busy(self) -> bool:
         """Running, with a record handed out and not finished (an exactly-once commit waits)."""
         return not self._stopping and any(source.busy for source in self._sources)

@@ -19,8 +19,10 @@ letters and introspection; the parts live beside it:
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -88,6 +90,15 @@ class _TablesFollowPartitions:
         await self._worker.state_manager.revoke({tp.partition for tp in revoked} - kept)
 
 
+def _transactional_id(app: App, state_dir: str) -> str:
+    """One transactional id per worker: the app, the host and the worker's state directory
+    (two live workers never share one: RocksDB locks it). A worker restarted on its state directory
+    takes the same id, which fences the instance it replaces (its open transaction is
+    aborted at once), as a restarted Kafka Streams instance does."""
+    digest = hashlib.sha1(f"{socket.gethostname()}:{os.path.abspath(state_dir)}".encode()).hexdigest()[:12]
+    return f"{app.id}-eos-{digest}"
+
+
 def _transaction_timeout_ms(app: App) -> int:
     """Long enough for a few commit intervals: a transaction lives one interval (plus the
     wait for the tasks to finish their records); the log aborts one open longer."""
@@ -151,10 +162,10 @@ class Worker:
         )
         self.gate = self.committer.gate  # closed while an exactly-once commit seals (``commits.py``)
         # Exactly-once: made here (no I/O), so a transport that does not offer it refuses at
-        # once. One transactional id per app on the embedded log (one worker owns it): a
-        # restart fences the killed instance and aborts what it left open.
+        # once.
         self._transactional = (
-            self.client.transactional_producer(f"{app.id}-eos", timeout_ms=_transaction_timeout_ms(app))
+            self.client.transactional_producer(_transactional_id(app, self.state_manager.state_dir),
+                                               timeout_ms=_transaction_timeout_ms(app))
             if app.exactly_once
             else None
         )
@@ -361,13 +372,19 @@ class Worker:
     async def rewind(self, committed: dict[TopicPartition, int]) -> None:
         """Exactly-once, after an aborted transaction: restart every task from the last
         committed positions, the tables without their uncommitted writes (``commits.py``)."""
-        tps = self.task_assignment.partitions()
-        tasks = list(self.task_assignment.tasks.values())
+        # Tasks already stopping (their partitions are being revoked) are left to the revocation.
+        tasks = [t for t in self.task_assignment.tasks.values() if not t.stopping]
+        tps = {tp for t in tasks for tp in t.inboxes}
         await asyncio.gather(*(t.stop() for t in tasks))
         for task in tasks:
             task.close()
-        self.task_assignment.tasks.clear()
-        self.task_assignment.inboxes.clear()
+            self.task_assignment.tasks.pop((task.agent.name, task.partition), None)
+            for tp, inbox in task.inboxes.items():
+                inboxes = self.task_assignment.inboxes.get(tp, [])
+                if inbox in inboxes:
+                    inboxes.remove(inbox)
+                if not inboxes:
+                    self.task_assignment.inboxes.pop(tp, None)
         self.state_manager.discard_uncommitted()
         consumer = self._consumer
         assert consumer is not None

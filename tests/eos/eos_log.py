@@ -100,3 +100,30 @@ def reference(pairs: list[tuple[str, int]]) -> dict[str, int]:
     for key, _ident in pairs:
         model[key] = model.get(key, 0) + 1
     return model
+
+
+async def changelog_table(url: str) -> dict[str, int]:
+    """The latest committed value of each key of the table's changelog."""
+    client = open_log_client(url)
+    await client.start()
+    reader = client.reader(isolation_level="read_committed")
+    table: dict[str, int] = {}
+    try:
+        for p in range(PARTITIONS):
+            tp = TopicPartition("eoscount-counts-changelog", p)
+            offset, end = await reader.bounds(tp)
+            while offset < end:
+                chunk = await reader.read(tp, offset, 10_000)
+                if chunk.next_offset <= offset:
+                    break
+                for r in chunk.records:
+                    key = (r.key or b"").decode()
+                    if r.value is None:
+                        table.pop(key, None)
+                    else:
+                        table[key] = int(r.value)
+                offset = chunk.next_offset
+    finally:
+        await reader.aclose()
+        await client.aclose()
+    return table

@@ -1,5 +1,4 @@
-"""The exactly-once options of the CLI: bad values get one line and exit code 2; a transport
-that does not offer exactly-once refuses it by name, before it connects anywhere."""
+"""The exactly-once options of the CLI: bad values get one line and exit code 2."""
 
 from __future__ import annotations
 
@@ -33,12 +32,3 @@ def test_a_bad_processing_guarantee_is_one_line(tmp_path: Path) -> None:
 def test_a_bad_isolation_level_is_one_line(tmp_path: Path) -> None:
     result = _run(["consume", "results", "--isolation-level", "maybe", "--data-dir", str(tmp_path)], tmp_path)
     _one_error_line(result, "--isolation-level", "maybe")
-
-
-def test_exactly_once_on_kafka_is_refused_by_name_before_connecting(tmp_path: Path) -> None:
-    # Nothing listens on port 1: a refusal that connected first would say so instead.
-    result = _run(
-        ["worker", "-A", "eos_app:app", "--broker", "kafka://127.0.0.1:1", "--processing-guarantee", "exactly_once"],
-        tmp_path,
-    )
-    _one_error_line(result, "exactly_once", "embedded log")

@@ -82,7 +82,8 @@ async def test_a_fenced_producer_rewinds_to_the_last_commit_and_goes_on(app_env:
         await _until(lambda: sum(worker.committed.values()) >= len(first))
         # A zombie's successor takes the transactional id: the running producer is fenced.
         coordinator = await client.transaction_coordinator()
-        await coordinator.init_producer_id("eoscount-eos", 60_000)
+        transactional_id = worker.committer.producer.transactional_id  # type: ignore[union-attr]
+        await coordinator.init_producer_id(transactional_id, 60_000)
         producer = client.producer()
         await producer.start()
         from streamkit._core.partitioner import partition_for_key
@@ -153,3 +154,21 @@ async def test_a_group_by_hop_commits_with_the_transaction(tmp_path: Path) -> No
     for v in values:
         expected[f"g{v % 5}"] = expected.get(f"g{v % 5}", 0) + v
     assert table == expected
+
+
+async def test_outputs_changelog_and_offsets_commit_together_on_the_broker(
+    broker: Any, tmp_path: Path
+) -> None:
+    url = f"kafka://{broker.bootstrap}"
+    eos_app.app.conf.processing_guarantee = "exactly_once"
+    rng = random.Random(9)
+    pairs = [(rng.choice(KEYS), i) for i in range(3000)]
+    await produce(url, pairs)
+    worker = Worker(eos_app.app, broker=url, state_dir=str(tmp_path / "state"))
+    async with worker:
+        await _until(lambda: sum(worker.committed.values()) >= len(pairs))
+        status = worker.guarantee_status()["transactions"]
+        assert status["committed"] >= 1 and status["aborted"] == 0
+        table = {k: eos_app.counts[k] for k in set(KEYS)}
+    _check_exact(await outputs(url, "read_committed"), pairs)
+    assert {k: v for k, v in table.items() if v} == reference(pairs)
