@@ -44,6 +44,20 @@ CHUNK = 1000
 current_event = context.current_event
 
 
+class Gate:
+    """Closed while an exactly-once commit seals its transaction (``commits.py``): the sources
+    hand out no record, so the outputs in the transaction are exactly those of the records
+    below the committed positions."""
+
+    __slots__ = ("closed",)
+
+    def __init__(self) -> None:
+        self.closed = False
+
+
+_ALWAYS_OPEN = Gate()
+
+
 class DecodeError(SerdeError):
     """A record's key or value did not decode; names where the record is."""
 
@@ -145,8 +159,10 @@ class RootSource:
         dead_letter: DeadLetter,
         open_through: ThroughOpener,
         clock: Clock = SYSTEM_CLOCK,
+        gate: Gate = _ALWAYS_OPEN,
     ) -> None:
         self.clock = clock
+        self._gate = gate
         self._inboxes = list(inboxes)
         self._wakeup = wakeup
         self._dead_letter = dead_letter
@@ -176,6 +192,11 @@ class RootSource:
         if chunk_inbox is not None and chunk_inbox.tp == tp and self._chunk_at < len(self._chunk):
             return self._chunk[self._chunk_at].offset
         return None
+
+    @property
+    def busy(self) -> bool:
+        """A record was handed out and its processing has not finished."""
+        return bool(self._pending)
 
     @property
     def pending(self) -> list[tuple[Inbox, ConsumerRecord]]:
@@ -237,6 +258,8 @@ class RootSource:
         loop turn first; else ``None`` (``get`` then waits, yields or dead-letters)."""
         if self.stopping:
             raise StreamEnd
+        if self._gate.closed:
+            return None
         self._countdown -= 1
         if self._countdown <= 0:
             return None
