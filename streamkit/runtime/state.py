@@ -308,7 +308,7 @@ class StateManager:
             if table.is_global:
                 parts = [{"partition": p, "state": "replica", "keys": s.store.estimated_keys()}
                          for p in table.held_partitions if (s := table.partition_state(p)) is not None]
-            out.append({
+            entry: dict[str, Any] = {
                 "name": table.name,
                 "global": table.is_global,
                 "changelog": table.changelog_topic.name,
@@ -316,7 +316,11 @@ class StateManager:
                 "partitions": table.partition_count,
                 "held": parts,
                 "help": table.help,
-            })
+            }
+            late = getattr(table, "late_records", None)
+            if late is not None:  # a table that sets late records aside counts them (joins)
+                entry["late_records"] = late
+            out.append(entry)
         return out
 
 
