@@ -242,11 +242,13 @@ def windows_of(records: list[tuple[bytes, bytes | None]], start: str, end: str, 
 
 
 def compare_windows(found: dict[Window, int], expected: dict[Window, int], what: str, subset: bool = False) -> str:
-    wrong = sum(1 for w, c in found.items() if expected.get(w) != c)
+    wrong = [(w, c, expected.get(w)) for w, c in found.items() if expected.get(w) != c]
     missing = 0 if subset else len(expected.keys() - found.keys())
     if not wrong and not missing:
         return ""
-    return f"{what}: {len(found)} windows for {len(expected)} expected ({missing} missing, {wrong} unexpected or wrong)"
+    example = f"; e.g. {wrong[0][0]!r}: {wrong[0][1]} for {wrong[0][2]}" if wrong else ""
+    return (f"{what}: {len(found)} windows for {len(expected)} expected ({missing} missing, "
+            f"{len(wrong)} unexpected or wrong{example})")
 
 
 def compare_pairs(found: collections.Counter[Pair], expected: collections.Counter[Pair]) -> str:

@@ -8,13 +8,20 @@ round the keys in each table's RocksDB stores must stay under a bound set by the
 can be open at once (a few per user), not by how many there ever were. At the end the same
 holds for each changelog as compaction leaves it (the latest record per key, tombstoned keys
 gone): expired windows are deleted from the store and tombstoned in the changelog.
+
+The last test is a known defect, marked xfail (strict): the per-record expiry scan re-reads
+the tombstones of windows expired earlier, so its cost grows with them.
 """
 
 from __future__ import annotations
 
+import bisect
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 import streamkit as sk
 from streamkit._core.types import TopicPartition
@@ -22,6 +29,7 @@ from streamkit.tables.partition import SortedPartition
 from streamkit.testing import AppDriver
 from streamkit.transport.base import open_log_client
 from streamkit.windows import Hopping, Session, Sliding, Tumbling
+from streamkit.windows.aggregate import Aggregation, WindowAggregator
 
 BASE = 1_700_000_040_000  # a round minute (ms)
 USERS = [f"user-{i}" for i in range(20)]
@@ -121,3 +129,51 @@ async def test_stored_windows_stay_bounded_as_event_time_advances() -> None:
         records, kept = changelogs[kind]
         assert records > created[kind]  # every window went through the changelog ...
         assert 0 < kept <= bound(kind), (kind, kept, bound(kind))  # ... and compaction keeps few
+
+
+class TombstoneStore:
+    """A ``WindowStore`` that keeps a deleted key as a tombstone a range read must step over,
+    as RocksDB does until it compacts and as a table partition's overlay does until the next
+    commit; it counts the entries its range reads visit."""
+
+    def __init__(self) -> None:
+        self._keys: list[bytes] = []
+        self._data: dict[bytes, bytes | None] = {}
+        self.visited = 0
+
+    def get(self, key: bytes) -> bytes | None:
+        return self._data.get(key)
+
+    def put(self, key: bytes, value: bytes) -> None:
+        if key not in self._data:
+            bisect.insort(self._keys, key)
+        self._data[key] = value
+
+    def delete(self, key: bytes) -> None:
+        if key in self._data:
+            self._data[key] = None
+
+    def range(self, lo: bytes, hi: bytes) -> Iterator[tuple[bytes, bytes]]:
+        for key in self._keys[bisect.bisect_left(self._keys, lo) : bisect.bisect_left(self._keys, hi)]:
+            self.visited += 1
+            value = self._data[key]
+            if value is not None:
+                yield key, value
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "windows/aggregate.py: every record's expiry scan starts at the first window-end index key, "
+    "so it steps over the tombstone of every window expired since the store last compacted"))
+def test_the_expiry_scan_per_record_does_not_grow_with_the_windows_expired_before() -> None:
+    count = Aggregation(lambda: 0, lambda n, _v: n + 1, lambda n: b"%d" % n, int)
+    store = TombstoneStore()
+    aggregator = WindowAggregator(Tumbling(10), count, store, emit="close")
+    visited_per_record = []
+    for i in range(60_000):  # 1 ms apart, 100 users: 100 windows end every 10 s, 600 in all
+        before = store.visited
+        aggregator.process(b"user-%d" % (i % 100), BASE + i, None)
+        visited_per_record.append(store.visited - before)
+    # What one record's steps must read: its window, and the windows that close or expire now
+    # (at most the 100 users' windows of one end), not the tombstones of all expired before
+    # (the defect: 100 more every 10 s of event time, 500 by the end of this run).
+    assert max(visited_per_record[-10_000:]) <= 2 * 100 + 10
