@@ -28,15 +28,15 @@ Rules (Kafka Streams 3.1+, stream time shared by both sides of a task):
   can still pair with an out-of-order record of the other side whose own window is open (a
   right record at ``ts + within`` is not late until stream time passes
   ``ts + 2 * within + grace``). Records expire, and leave the store, when stream time passes
-  ``ts + 2 * within + grace`` (Kafka Streams' retention: before + after + grace); no record
-  that is not late can pair with an expired one, so state stays bounded without changing
-  answers.
+  ``ts + 2 * within + grace`` (Kafka Streams' retention: before + after + grace), in steps
+  of a quarter of that; no record that is not late can pair with an expired one, so state
+  stays bounded without changing answers.
 
 Store layout (all keys of one join task share one store; *wk* is
 ``keys.encode_window_key(key, ts, seq)``, *side* ``b"L"`` or ``b"R"``)::
 
-    0x00 "stream_time"                       -> 8 bytes: stream time (keys.encode_ms)
-    0x00 "seq"                               -> 8 bytes: the next arrival number
+    0x00 "progress"                          -> 16 bytes: stream time, the next arrival
+                                                number (each keys.encode_ms)
     0x01 side wk                             -> the record's value bytes
     0x02 ts(8) side wk                       -> b""  (every stored record by time: expiry)
     0x03 ts(8) seq(8) side wk                -> b""  (unpaired records that may be emitted
@@ -62,6 +62,7 @@ restored store carries on with the same answers.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -83,11 +84,11 @@ JoinKind = Literal["inner", "left", "outer"]
 JOIN_KINDS: tuple[str, ...] = ("inner", "left", "outer")
 
 _META = b"\x00"
-_STREAM_TIME_KEY = _META + b"stream_time"
-_SEQ_KEY = _META + b"seq"
+_PROGRESS_KEY = _META + b"progress"
 _DATA = b"\x01"
 _BY_TIME = b"\x02"
 _UNPAIRED = b"\x03"
+_UNPAIRED_END = b"\x04"
 _SIDE_BYTE = {"left": b"L", "right": b"R"}
 _SIDE_OF = {b"L": "left", b"R": "right"}
 _OTHER: dict[str, Side] = {"left": "right", "right": "left"}
@@ -148,10 +149,24 @@ class WindowJoin:
         self._codecs = {"left": left or Codec(), "right": right or Codec()}
         # The sides whose unpaired records are emitted with None on the other side.
         self._outer_sides = {"inner": (), "left": ("left",), "outer": ("left", "right")}[how]
-        raw = self.store.get(_STREAM_TIME_KEY)
-        self.stream_time = StreamTime(decode_ms(raw) if raw is not None else -1)
-        raw = self.store.get(_SEQ_KEY)
-        self._seq = decode_ms(raw) if raw is not None else 0
+        raw = self.store.get(_PROGRESS_KEY)
+        self.stream_time = StreamTime(decode_ms(raw[:8]) if raw is not None else -1)
+        self._seq = decode_ms(raw[8:]) if raw is not None else 0
+        # Where the last close and expiry scans stopped: everything below was handled then,
+        # and no record can come below them since, so the next scans start there.
+        span = within_ms + grace_ms
+        self._closed_below = self.stream_time.ms - span
+        self._expired_below = self._closed_below - within_ms
+        # Expiry runs when it can drop at least this much of stream time at once (state stays
+        # under retention + step; answers do not depend on when expired records leave).
+        self._expire_step_ms = max(1, (2 * within_ms + grace_ms) // 4)
+        # Timestamps of the unpaired marks not yet closed (a mark paired since may linger:
+        # it only costs a scan), so an advance that closes none reads nothing.
+        self._marks: list[int] = []
+        if self._outer_sides:
+            for mark, _ in self.store.range(_UNPAIRED, _UNPAIRED_END):
+                self._marks.append(decode_ms(mark[1:9]))
+            heapq.heapify(self._marks)
 
     # -- records --------------------------------------------------------------------------
 
@@ -167,7 +182,6 @@ class WindowJoin:
             step.late = LateRecord(key, ts_ms, value, "window-closed", self.stream_time.ms)
             return step
         if self.stream_time.advance(ts_ms):
-            self.store.put(_STREAM_TIME_KEY, encode_ms(ts_ms))
             self._emit_closed(step.results)
         other = _OTHER[side]
         other_byte = _SIDE_BYTE[other]
@@ -189,32 +203,42 @@ class WindowJoin:
                     self.store.delete(mark)
         seq = self._seq
         self._seq += 1
-        self.store.put(_SEQ_KEY, encode_ms(self._seq))
+        self.store.put(_PROGRESS_KEY, encode_ms(self.stream_time.ms) + encode_ms(self._seq))
         side_byte = _SIDE_BYTE[side]
         wk = encode_window_key(key, ts_ms, seq)
         self.store.put(_DATA + side_byte + wk, self._codecs[side].dumps(value))
         self.store.put(_BY_TIME + encode_ms(ts_ms) + side_byte + wk, b"")
         if not paired and side in self._outer_sides:
             self.store.put(_UNPAIRED + encode_ms(ts_ms) + encode_ms(seq) + side_byte + wk, b"")
+            heapq.heappush(self._marks, ts_ms)
         return step
 
     def _emit_closed(self, out: list[JoinResult]) -> None:
         """Emit the unpaired records whose window closed, then drop the expired records."""
         now = self.stream_time.ms
         close_below = now - self.within_ms - self.grace_ms  # closed: ts < close_below
-        for mark, _ in list(self.store.range(_UNPAIRED, _UNPAIRED + encode_ms(close_below))):
-            side = _SIDE_OF[mark[17:18]]
-            key, ts, _seq = decode_window_key(mark[18:])
-            raw = self.store.get(_DATA + mark[17:])
-            self.store.delete(mark)
-            if raw is None:  # cannot happen: a record is stored until it expires, after closing
-                continue
-            value = self._codecs[side].loads(raw)
-            out.append(JoinResult(key, ts, value, None) if side == "left" else JoinResult(key, ts, None, value))
+        marks = self._marks
+        if marks and marks[0] < close_below:
+            while marks and marks[0] < close_below:
+                heapq.heappop(marks)
+            lo = _UNPAIRED + encode_ms(self._closed_below)
+            for mark, _ in list(self.store.range(lo, _UNPAIRED + encode_ms(close_below))):
+                side = _SIDE_OF[mark[17:18]]
+                key, ts, _seq = decode_window_key(mark[18:])
+                raw = self.store.get(_DATA + mark[17:])
+                self.store.delete(mark)
+                if raw is None:  # cannot happen: a record is stored until it expires, after closing
+                    continue
+                value = self._codecs[side].loads(raw)
+                out.append(JoinResult(key, ts, value, None) if side == "left" else JoinResult(key, ts, None, value))
+        self._closed_below = close_below
         expire_below = close_below - self.within_ms  # expired: ts < now - 2 * within - grace
-        for index_key, _ in list(self.store.range(_BY_TIME, _BY_TIME + encode_ms(expire_below))):
-            self.store.delete(index_key)
-            self.store.delete(_DATA + index_key[9:])
+        if expire_below - self._expired_below >= self._expire_step_ms:
+            lo = _BY_TIME + encode_ms(self._expired_below)
+            for index_key, _ in list(self.store.range(lo, _BY_TIME + encode_ms(expire_below))):
+                self.store.delete(index_key)
+                self.store.delete(_DATA + index_key[9:])
+            self._expired_below = expire_below
 
     # -- reading --------------------------------------------------------------------------
 
@@ -228,7 +252,7 @@ class WindowJoin:
 
     def unpaired(self) -> Iterator[tuple[Side, bytes, int]]:
         """The records waiting for their window to close to be emitted unpaired, in emit order."""
-        for mark, _ in self.store.range(_UNPAIRED, _UNPAIRED + b"\xff"):
+        for mark, _ in self.store.range(_UNPAIRED, _UNPAIRED_END):
             side: Side = "left" if mark[17:18] == b"L" else "right"
             key, ts, _seq = decode_window_key(mark[18:])
             yield side, key, ts

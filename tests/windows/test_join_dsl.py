@@ -206,3 +206,74 @@ async def test_mapped_values_reach_the_joiner_alike_from_either_side_and_feed_wi
     assert values == [[["x", 1], "y"], [["z", 1], "y"]]
     assert seen == [("list", "str"), ("list", "str")]
     assert [(w["start"] - BASE + BASE % 60_000, w["value"]) for w in windows] == [(0, 2)]
+
+
+def _merged(left: list[tuple[str, int]], right: list[tuple[str, int]]) -> list[tuple[str, str, int, int]]:
+    """Both topics' records as one task takes them: by timestamp, left first on a tie, each
+    topic in offset order (see test_join_order.py). Values are ids: left i, right 100 + i."""
+    queues = [[("left", k, ts, i) for i, (k, ts) in enumerate(left)], [("right", k, ts, 100 + i) for i, (k, ts) in enumerate(right)]]
+    out = []
+    while queues[0] or queues[1]:
+        side = min((q[0][2], s) for s, q in enumerate(queues) if q)[1]
+        out.append(queues[side].pop(0))
+    return out
+
+
+async def _two_topics(how: str, left: list[tuple[str, int]], right: list[tuple[str, int]]) -> list[Any]:
+    tmp = tempfile.mkdtemp(prefix="join-two-")
+    dirs = {"data_dir": f"{tmp}/log", "state_dir": f"{tmp}/state"}
+    try:
+        loader = sk.App("two")
+        topics = [loader.topic(name, key_type=str, value_type=dict, partitions=1) for name in ("l", "r")]
+        async with AppDriver(loader, **dirs) as driver:  # the whole input is in the log first
+            for topic, records, base in ((topics[0], left, 0), (topics[1], right, 100)):
+                for i, (key, ts) in enumerate(records):
+                    await driver.send(topic, {"id": base + i}, key=key, timestamp=BASE + ts)
+        app = sk.App("two")
+        lt, rt = (app.topic(name, key_type=str, value_type=dict, partitions=1) for name in ("l", "r"))
+        out = app.topic("out", key_type=str, value_type=list, partitions=1)
+        app.stream(lt).join(app.stream(rt), _pair, within=0.010, grace=0.004, how=how).to(out)
+        async with AppDriver(app, **dirs) as driver:
+            await driver.process()
+            return [(e.key, e.timestamp - BASE, *e.value) for e in await driver.read(out)]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+side_records = st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 60)), max_size=15)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(left=side_records, right=side_records, how=st.sampled_from(["inner", "left", "outer"]))
+def test_two_topics_are_joined_in_timestamp_order_and_a_replay_gives_the_same_output(
+    left: list[tuple[str, int]], right: list[tuple[str, int]], how: str
+) -> None:
+    # The input is in the log before the worker starts and small enough for one fetch of each
+    # topic, so the task holds both sides at once and takes them in timestamp order (the
+    # runtime does not yet wait for a partition that has records it has not fetched).
+    merged = _merged(left, right)
+    model = model_join(10, 4, how, [(s, k.encode(), ts, v) for s, k, ts, v in merged])
+    first = asyncio.run(_two_topics(how, left, right))
+    assert first == [(k.decode(), ts, lv, rv) for k, ts, lv, rv in model.outputs]
+    assert asyncio.run(_two_topics(how, left, right)) == first
+
+
+def test_the_backfill_refuses_a_table_fed_by_a_stream_join_by_name() -> None:
+    from streamkit.spark.backfill import find_pipeline
+
+    app = sk.App("nobackfill")
+    a = app.topic("a", key_type=str, value_type=dict, partitions=2)
+    b = app.topic("b", key_type=str, value_type=dict, partitions=2)
+    joined = app.stream(a).join(app.stream(b), lambda x, y: {"page": y["page"]}, within=5, name="clicks")
+    joined.group_by(lambda v: v["page"], name="page").count("per_page")
+    with pytest.raises(ConfigError, match="stream-stream join 'clicks'"):
+        find_pipeline(app, "per_page")
+
+
+def test_the_dsl_docstring_examples_run() -> None:
+    import doctest
+
+    import streamkit.dsl
+
+    result = doctest.testmod(streamkit.dsl, raise_on_error=False, verbose=False)
+    assert result.attempted >= 6 and result.failed == 0
