@@ -1,7 +1,7 @@
 """The reference models of ``test_reference_model.py`` against a real ``streamkit worker``
 subprocess that is stopped in the middle of the input: cleanly (SIGTERM) or by SIGKILL.
 
-The app below (also the module the subprocess runs, ``-A test_restart:app``) aggregates the
+The app below (also the module the subprocess runs, ``-A test_restart_windows:app``) aggregates the
 ids of the records into each window, for each window type, emits every window once when it
 closes, and routes late records to ``wrestart-late``. The first part of the input is produced
 and the worker started; it is stopped (SIGTERM once it committed everything, or SIGKILL at a
@@ -132,7 +132,7 @@ async def caught_up(url: str) -> bool:
 
 def start_worker(tmp: Path, env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [STREAMKIT, "worker", "-A", "test_restart:app", "--progress-interval", "0",
+        [STREAMKIT, "worker", "-A", "test_restart_windows:app", "--progress-interval", "0",
          "--state-dir", str(tmp / "state")],
         env=env, cwd=tmp, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
     )
