@@ -351,11 +351,6 @@ def test_withdrawals(example: Callable[[str], Example]) -> None:
     worker.stop()
 
 
-@pytest.mark.xfail(
-    reason="needs event.message.tp (Faust's TopicPartition of the message): every record goes to the "
-    "dead-letter topic (docs/faust.md); strict: remove this mark once it passes",
-    strict=True,
-)
 def test_isolated_partitions_crashing(example: Callable[[str], Example]) -> None:
     ex = example("advanced/isolated_partitions_crashing.py")
     _declares(ex)
