@@ -1,0 +1,267 @@
+"""Faust-spelled windowed tables (``app.Table(...).tumbling(...)``) run by a real worker on the
+embedded log: ``table[k] += 1``, the reads (``current``, ``now``, ``value``, ``delta``),
+``on_window_close`` once per window by stream time (also across a restart), expiry bounding
+the stored state, and late records routed to ``<app>-late`` and counted on ``/status`` and
+``/metrics``."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import aiohttp
+import pytest
+
+import streamkit as sk
+from streamkit.tables.partition import SortedPartition
+from streamkit.testing import AppDriver
+from streamkit.web import WebServer
+from streamkit.windows import Tumbling
+from streamkit.windows.faust import FaustWindowedTable, WindowWrapper
+
+MINUTE = 60_000
+BASE = 1_700_000_000_000 - 1_700_000_000_000 % (60 * MINUTE)  # a round hour, far from 0
+B = BASE / 1000  # in Faust's seconds
+
+
+def faust_range(start_s: float, size_s: float = 60.0) -> tuple[float, float]:
+    """A window as Faust names it: end = start + size - 0.1 (computed as Faust does)."""
+    return start_s, start_s + size_s - 0.1
+
+
+@pytest.fixture
+def dirs() -> Iterator[dict[str, str]]:
+    tmp = tempfile.mkdtemp(prefix="faust-windows-")
+    yield {"data_dir": f"{tmp}/log", "state_dir": f"{tmp}/state"}
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _stored_rows(table: WindowWrapper) -> int:
+    """Every key the table's partition 0 holds: windows, their by-end index, the driver's progress."""
+    state = table.table.partition_state(0)
+    assert isinstance(state, SortedPartition)
+    return sum(1 for _ in state.items())
+
+
+async def test_plus_equals_counts_every_window_and_the_reads_pick_one() -> None:
+    app = sk.App("fw-reads")
+    views = app.topic("views", key_type=str, value_type=str, partitions=1)
+    tumbling = app.Table("per_minute", default=int).tumbling(60, expires=timedelta(hours=1))
+    hopping = app.Table("per_2_minutes_every_minute", default=int).hopping(120, 60)
+    seen: list[tuple[Any, ...]] = []
+
+    @app.agent(views)
+    async def count(stream: sk.Stream) -> None:
+        async for event in stream.events():
+            tumbling[event.key] += 1
+            hopping[event.key] += 1
+            seen.append((
+                tumbling[event.key].current(), tumbling[event.key].value(), tumbling[event.key].delta(60),
+                hopping[event.key].current(), event.key in tumbling,
+            ))
+
+    async with AppDriver(app, start_ms=BASE + 130_000) as driver:
+        for ts in (1_000, 20_000, 61_000, 62_000, 125_000):
+            await driver.send(views, "v", key="ann", timestamp=BASE + ts)
+        await driver.process()
+        # (current, value, delta(60 s), the hopping window starting last)
+        assert seen == [(1, 1, 0, 1, True), (2, 2, 0, 2, True), (1, 1, 2, 1, True), (2, 2, 2, 2, True), (1, 1, 2, 1, True)]
+        # Outside an agent: now() is the window of the worker's clock (BASE + 130 s); for
+        # hopping windows the earliest one holding it, [60 s, 180 s).
+        assert tumbling["ann"].now() == 1
+        assert hopping["ann"].now() == 3
+        assert tumbling["bob"].now() == 0  # the default
+        assert tumbling["ann"][faust_range(B + 60)] == 2  # a window by its Faust range
+        assert list(tumbling.items().now()) == [("ann", 1)]
+        assert list(tumbling.relative_to_now().items()) == [("ann", 1)]
+        assert "ann" in tumbling.relative_to_now()
+        assert "| 'ann' | 1     |" in tumbling.relative_to_now().as_ansitable()
+        assert tumbling.windows("ann") == [
+            {"start": BASE, "end": BASE + MINUTE, "value": 2},
+            {"start": BASE + MINUTE, "end": BASE + 2 * MINUTE, "value": 2},
+            {"start": BASE + 2 * MINUTE, "end": BASE + 3 * MINUTE, "value": 1},
+        ]
+        with pytest.raises(sk.StreamkitError, match="no event being processed"):
+            tumbling["ann"].value()
+
+
+async def test_set_delete_and_relative_to_field() -> None:
+    app = sk.App("fw-set")
+    readings = app.topic("readings", key_type=str, value_type=dict, partitions=1)
+    latest = app.Table("latest", default=float).tumbling(timedelta(seconds=10)).relative_to_field("at")
+
+    @app.agent(readings)
+    async def keep(stream: sk.Stream) -> None:
+        async for event in stream.events():
+            if event.value.get("drop"):
+                del latest[event.key]
+            else:
+                latest[event.key] = event.value["v"]
+
+    async with AppDriver(app) as driver:
+        # The field's time (seconds), not the record's, places the writes.
+        await driver.send(readings, {"at": B + 1, "v": 1.5}, key="t", timestamp=BASE + 50_000)
+        await driver.send(readings, {"at": B + 2, "v": 2.5}, key="t", timestamp=BASE)
+        await driver.send(readings, {"at": B + 11, "v": 7.0}, key="t", timestamp=BASE)
+        await driver.send(readings, {"at": B + 12, "v": 8.0}, key="u", timestamp=BASE)
+        await driver.send(readings, {"at": B + 13, "drop": True}, key="u", timestamp=BASE)
+        await driver.process()
+        assert latest.windows("t") == [
+            {"start": BASE + 10_000, "end": BASE + 20_000, "value": 7.0},  # [0, 10 s) closed and expired
+        ]
+        assert latest.windows("u") == []
+
+
+@pytest.mark.parametrize("local_state", ["kept", "lost"])
+async def test_on_window_close_runs_once_per_window_by_stream_time_across_a_restart(
+    dirs: dict[str, str], local_state: str
+) -> None:
+    closed: list[tuple[Any, Any]] = []
+
+    async def on_close(key: Any, value: Any) -> None:
+        await asyncio.sleep(0)
+        closed.append((key, value))
+
+    def declare() -> tuple[sk.App, sk.Topic, WindowWrapper]:
+        app = sk.App("fw-close")
+        views = app.topic("views", key_type=str, value_type=str, partitions=1)
+        table = app.Table("per_minute", default=int, on_window_close=on_close).tumbling(60, grace=5)
+
+        @app.agent(views)
+        async def count(stream: sk.Stream) -> None:
+            async for event in stream.events():
+                table[event.key] += 1
+
+        return app, views, table
+
+    app, views, _table = declare()
+    async with AppDriver(app, **dirs) as driver:
+        for key, ts in (("a", 1_000), ("b", 2_000), ("a", 30_000), ("a", 64_000), ("a", 65_000), ("b", 66_000)):
+            await driver.send(views, "v", key=key, timestamp=BASE + ts)
+        await driver.process()
+        # 65 s = the end of [0, 60 s) + grace: "a" closed it (for both keys: stream time is the
+        # partition's); the wall clock moving on closes nothing.
+        assert closed == [(("a", faust_range(B)), 2), (("b", faust_range(B)), 1)]
+        await driver.advance(3600)
+        assert len(closed) == 2
+
+    if local_state == "lost":  # restored from the changelog alone
+        shutil.rmtree(dirs["state_dir"])
+    app, views, _table = declare()  # a restarted worker: closed windows stay closed
+    async with AppDriver(app, **dirs) as driver:
+        await driver.send(views, "v", key="b", timestamp=BASE + 124_000)
+        await driver.send(views, "v", key="b", timestamp=BASE + 125_000)
+        await driver.process()
+    assert closed[2:] == [(("a", faust_range(B + 60)), 2), (("b", faust_range(B + 60)), 1)]
+
+
+async def test_sync_callback_and_session_windows() -> None:
+    closed: list[tuple[Any, Any]] = []
+    app = sk.App("fw-session")
+    clicks = app.topic("clicks", key_type=str, value_type=str, partitions=1)
+    sessions = app.Table("sessions", default=int, on_window_close=lambda k, v: closed.append((k, v))).session(10, grace=20)
+
+    @app.agent(clicks)
+    async def count(stream: sk.Stream) -> None:
+        async for event in stream.events():
+            sessions[event.key] += 1
+
+    async with AppDriver(app) as driver:
+        for ts in (0, 8_000, 25_000, 17_000, 100_000):  # 17 s bridges [0, 8 s] and [25 s]
+            await driver.send(clicks, "c", key="k", timestamp=BASE + ts)
+        await driver.process()
+    assert closed == [(("k", (B, B + 25)), 4)]
+
+
+async def test_expiry_keeps_the_stored_windows_bounded_and_tombstones_them(dirs: dict[str, str]) -> None:
+    def declare() -> tuple[sk.App, sk.Topic, WindowWrapper, list[int]]:
+        app = sk.App("fw-expire")
+        views = app.topic("views", key_type=str, value_type=str, partitions=1)
+        table = app.Table("per_minute", default=int).tumbling(60, expires=600)
+        old: list[int] = []
+
+        @app.agent(views)
+        async def count(stream: sk.Stream) -> None:
+            async for event in stream.events():
+                table[event.key] += 1
+                old.append(table[event.key].delta(300))
+
+        return app, views, table, old
+
+    app, views, table, old = declare()
+    rows = []
+    async with AppDriver(app, **dirs) as driver:
+        for minute in range(120):
+            for key in ("a", "b", "c"):
+                await driver.send(views, "v", key=key, timestamp=BASE + minute * MINUTE + 1_000)
+                await driver.send(views, "v", key=key, timestamp=BASE + minute * MINUTE + 2_000)
+            if minute % 10 == 9:
+                await driver.process()
+                rows.append(_stored_rows(table))
+        assert old[-1] == 2  # closed windows stay readable until they expire
+        changelog = await driver.read(app.topics["fw-expire-per_minute-changelog"])
+    # 10 minutes kept (start + 600 s <= stream time expires), 3 keys, a window and its index
+    # entry each, plus the driver's stream time: bounded however long the run.
+    assert max(rows[1:]) <= 3 * 2 * 11 + 1
+    assert min(rows[1:]) >= 3 * 2 * 9
+    tombstones = [e for e in changelog if e.value is None]
+    assert len(tombstones) >= 2 * 3 * 100
+
+    app, views, table, old = declare()  # after a restart, expiry goes on from the stored stream time
+    async with AppDriver(app, **dirs) as driver:
+        await driver.process()
+        assert len(table.windows("a")) == 10
+        await driver.send(views, "v", key="a", timestamp=BASE + 300 * MINUTE)
+        await driver.process()
+        assert [w["start"] for w in table.windows("a")] == [BASE + 300 * MINUTE]
+        assert _stored_rows(table) == 3
+
+
+async def test_late_writes_go_to_the_late_topic_and_are_counted_on_status_and_metrics() -> None:
+    app = sk.App("fw-late")
+    views = app.topic("views", key_type=str, value_type=str, partitions=1)
+    table = app.Table("per_minute", default=int).tumbling(60, grace=10)
+    declarative = app.stream(views).group_by_key().window(Tumbling(60)).count("views_per_minute")
+
+    @app.agent(views)
+    async def count(stream: sk.Stream) -> None:
+        async for event in stream.events():
+            table[event.key] += 1
+
+    async with AppDriver(app) as driver, WebServer(driver.worker, port=0) as web:
+        for ts in (1_000, 69_000, 30_000, 71_000, 2_000):  # 30 s: late for the declarative table only
+            await driver.send(views, f"at {ts}", key="ann", timestamp=BASE + ts)
+        await driver.process()
+        late = await driver.read(app.topics["fw-late-late"])
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{web.url}/status") as r:
+                status = await r.json()
+            async with http.get(f"{web.url}/metrics") as r:
+                metrics = await r.text()
+        assert [w["value"] for w in table.windows("ann")] == [2]  # [60 s, 120 s); [0, 60 s) expired
+        assert declarative.windows("ann")[-1]["value"] == 2
+    by_table = sorted((dict(e.headers)["streamkit.table"].decode(), e.value) for e in late)
+    assert by_table == [("per_minute", "at 2000"), ("views_per_minute", "at 2000"), ("views_per_minute", "at 30000")]
+    assert status["late_records"] == {"per_minute": {"window-closed": 1}, "views_per_minute": {"window-closed": 2}}
+    assert 'streamkit_late_records_total{app="fw-late",table="per_minute",reason="window-closed"} 1' in metrics
+    assert 'streamkit_late_records_total{app="fw-late",table="views_per_minute",reason="window-closed"} 2' in metrics
+
+
+def test_declaring_windowed_tables() -> None:
+    app = sk.App("fw-declare")
+    plain = app.Table("t", default=int)
+    wrapper = plain.tumbling(timedelta(minutes=1), expires=timedelta(hours=1))
+    assert isinstance(app.tables["t"], FaustWindowedTable)
+    assert app.tables["t"].retention_ms == 3_600_000
+    assert app.topics["fw-declare-t-changelog"].key_serde.name == "raw"
+    with pytest.raises(sk.ConfigError, match="windowed already"):
+        plain.hopping(60, 30)
+    with pytest.raises(sk.ConfigError, match="kept at least until they close"):
+        app.Table("u").tumbling(60, expires=30, grace=10)
+    assert "u" in app.tables and not app.tables["u"].is_windowed  # the failed call changed nothing
+    assert repr(app.Table("s").sliding(5)).startswith("<WindowWrapper 's' Sliding")
+    assert wrapper.table.window_range(0, 60_000) == (0.0, 59.9)
