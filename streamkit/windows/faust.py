@@ -28,8 +28,9 @@ been written with), not by the wall clock as Faust's do:
   being ``start + size - 0.1`` for tumbling and hopping windows as in Faust (the inclusive ends
   for sliding windows and sessions). It runs once per window, when stream time passes the
   window's end + grace, after the agent is done with the event (it may be async; the event
-  counts as processed once it returned). The close progress is in the changelogged store, so
-  a restarted worker fires neither a window twice nor misses one.
+  counts as processed once it returned). The close progress is committed with the table's
+  changelog, so a restarted worker neither fires a window again nor misses one (after a crash
+  between a callback and that commit, the callback runs again: at least once, as records).
 * A window is deleted (a tombstone in the changelog) once stream time passes its start +
   ``expires`` (default: size + grace, when it closes); ``expires`` keeps closed windows
   readable longer (``.delta``), never shorter than until they close.
