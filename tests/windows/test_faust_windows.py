@@ -7,13 +7,21 @@ the stored state, and late records routed to ``<app>-late`` and counted on ``/st
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import re
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import aiohttp
+import aiokafka
 import pytest
 
 import streamkit as sk
@@ -23,6 +31,11 @@ from streamkit.web import WebServer
 from streamkit.windows import Tumbling
 from streamkit.windows.faust import FaustWindowedTable, WindowWrapper
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "broker"))
+from broker_helpers import BrokerProcess
+
+HERE = Path(__file__).resolve().parent
+STREAMKIT = str(Path(sys.executable).parent / "streamkit")
 MINUTE = 60_000
 BASE = 1_700_000_000_000 - 1_700_000_000_000 % (60 * MINUTE)  # a round hour, far from 0
 B = BASE / 1000  # in Faust's seconds
@@ -265,3 +278,106 @@ def test_declaring_windowed_tables() -> None:
     assert "u" in app.tables and not app.tables["u"].is_windowed  # the failed call changed nothing
     assert repr(app.Table("s").sliding(5)).startswith("<WindowWrapper 's' Sliding")
     assert wrapper.table.window_range(0, 60_000) == (0.0, 59.9)
+
+
+class _Worker:
+    """``streamkit worker -A faust_window_app:app`` on a broker, with its HTTP API."""
+
+    def __init__(self, bootstrap: str, state_dir: Path) -> None:
+        env = {**os.environ, "PYTHONPATH": str(HERE), "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(
+            [STREAMKIT, "worker", "-A", "faust_window_app:app", "--broker", f"kafka://{bootstrap}",
+             "--state-dir", str(state_dir), "--web-port", "0", "--progress-interval", "0"],
+            env=env, stderr=subprocess.PIPE, text=True, cwd=state_dir.parent,
+        )
+        self.url = ""
+
+    async def started(self) -> str:
+        assert self.proc.stderr is not None
+        lines = []
+        for _ in range(200):
+            line = await asyncio.to_thread(self.proc.stderr.readline)
+            lines.append(line)
+            match = re.search(r"web: (http://\S+)", line)
+            if match:
+                self.url = match.group(1)
+                return self.url
+            if not line:
+                break
+        raise AssertionError("".join(lines))
+
+    async def status(self) -> dict[str, Any]:
+        async with aiohttp.ClientSession() as http, http.get(f"{self.url}/status") as r:
+            body: dict[str, Any] = await r.json()
+            return body
+
+    async def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        assert self.proc.stderr is not None
+        rest = await asyncio.to_thread(self.proc.stderr.read)
+        assert self.proc.wait(30) == 0, rest
+
+
+async def _produce(bootstrap: str, records: list[tuple[str, int]]) -> None:
+    producer = aiokafka.AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    try:
+        for key, ts in records:
+            await producer.send_and_wait("fw-views", b'"v"', key=key.encode(), partition=0, timestamp_ms=BASE + ts)
+    finally:
+        await producer.stop()
+
+
+async def _closed_windows(bootstrap: str, at_least: int) -> list[tuple[str, float, int]]:
+    """The records of ``fw-closed``, once there are ``at_least`` (bounded wait), and any more
+    that one more fetch finds."""
+    consumer = aiokafka.AIOKafkaConsumer("fw-closed", bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    await consumer.start()
+    out: list[tuple[str, float, int]] = []
+    try:
+        deadline = asyncio.get_running_loop().time() + 60
+        extra = 1
+        while extra and asyncio.get_running_loop().time() < deadline:
+            if len(out) >= at_least:
+                extra -= 1
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                for r in records:
+                    value = json.loads(r.value)
+                    out.append((r.key.decode(), value["start"], value["count"]))
+    finally:
+        await consumer.stop()
+    return out
+
+
+async def _until_idle(worker: _Worker) -> dict[str, Any]:
+    """/status once the worker has no lag left (bounded wait)."""
+    for _ in range(300):
+        status = await worker.status()
+        if status["lag"] and set(status["lag"].values()) == {0} and status["committed"]:
+            return status
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the worker did not catch up: {status}")
+
+
+async def test_streamkit_worker_on_streamkit_broker_fires_each_window_once_across_a_restart(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data", "--default-partitions", "1").start(same_port=False)
+    try:
+        await _produce(broker.bootstrap, [("ann", 1_000), ("bob", 2_000), ("ann", 30_000), ("ann", 61_000), ("ann", 5_000)])
+        worker = _Worker(broker.bootstrap, tmp_path / "state")
+        try:
+            await worker.started()
+            assert await _closed_windows(broker.bootstrap, 2) == [("ann", B, 2), ("bob", B, 1)]
+            status = await _until_idle(worker)
+            assert status["late_records"] == {"per_minute": {"window-closed": 1}}
+        finally:
+            await worker.stop()
+        await _produce(broker.bootstrap, [("bob", 125_000)])
+        worker = _Worker(broker.bootstrap, tmp_path / "state")
+        try:
+            await worker.started()
+            await _until_idle(worker)
+        finally:
+            await worker.stop()
+        assert await _closed_windows(broker.bootstrap, 3) == [("ann", B, 2), ("bob", B, 1), ("ann", B + 60, 1)]
+    finally:
+        assert broker.stop() == 0, broker.stderr()
