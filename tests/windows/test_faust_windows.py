@@ -34,6 +34,8 @@ from streamkit.windows.faust import FaustWindowedTable, WindowWrapper
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "broker"))
 from broker_helpers import BrokerProcess
 
+from tests.faust.conftest import faust_python as faust_python_fixture  # noqa: F401  (registers it)
+
 HERE = Path(__file__).resolve().parent
 STREAMKIT = str(Path(sys.executable).parent / "streamkit")
 MINUTE = 60_000
@@ -381,3 +383,41 @@ async def test_streamkit_worker_on_streamkit_broker_fires_each_window_once_acros
         assert await _closed_windows(broker.bootstrap, 3) == [("ann", B, 2), ("bob", B, 1), ("ann", B + 60, 1)]
     finally:
         assert broker.stop() == 0, broker.stderr()
+
+
+FAUST_WINDOWS = """
+import json, sys
+from faust.windows import HoppingWindow
+out = []
+for size, step, ts, d in json.load(sys.stdin):
+    w = HoppingWindow(size, step)
+    out.append([w.ranges(ts), w.current(ts), w.earliest(ts), w.delta(ts, d)])
+print(json.dumps(out))
+"""
+
+
+def test_window_ranges_and_reads_pick_the_windows_faust_streaming_picks(faust_python_fixture: Path) -> None:  # noqa: F811
+    """Faust's own window classes name the windows of a timestamp, its ``current``,
+    ``earliest`` (``now()``) and ``delta`` windows; ours must name the same ones."""
+    import random
+
+    rng = random.Random(7)
+    cases = []
+    for size, step in ((60, 60), (120, 60), (10, 5), (300, 100), (1, 1)):
+        for _ in range(20):
+            cases.append((size, step, round(rng.uniform(size, 10**9), 3), rng.choice([0, step, 3 * size])))
+    run = subprocess.run(
+        [str(faust_python_fixture), "-c", FAUST_WINDOWS], input=json.dumps(cases), capture_output=True, text=True, check=True
+    )
+    faust = json.loads(run.stdout)
+    app = sk.App("fw-faust-math")
+    for i, ((size, step, ts, d), (ranges, current, earliest, delta)) in enumerate(zip(cases, faust, strict=True)):
+        table = app.Table(f"t{i}").hopping(size, step).table
+        ts_ms = round(ts * 1000)
+        assert [list(table.window_range(*w)) for w in table.spec.windows_for(ts_ms)] == ranges
+        for ours, theirs in (
+            (table.window_at(None, ts_ms), current),
+            (table.window_at(None, ts_ms, earliest=True), earliest),
+            (table.window_at(None, ts_ms - d * 1000), delta),
+        ):
+            assert ours is not None and list(table.window_range(*ours)) == theirs
