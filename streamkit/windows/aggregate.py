@@ -212,6 +212,11 @@ class WindowAggregator(Generic[V, A]):
         self.stream_time = StreamTime(decode_ms(raw) if raw is not None else -1)
         raw = self.store.get(_EMITTED_KEY)
         self._emitted_until = decode_ms(raw) if raw is not None else MIN_MS
+        # Windows ending below this were deleted (in this process's life; from the start of
+        # the index after a restart). Every window the driver creates is open, so ends at or
+        # above the expire bound: the next expiry scan starts here, not at the index's start,
+        # where the deleted entries' tombstones wait in the store's overlay for the commit.
+        self._expired_until = MIN_MS
 
     # -- records --------------------------------------------------------------------------
 
@@ -341,8 +346,12 @@ class WindowAggregator(Generic[V, A]):
                         step.emitted.append(WindowResult(key, start, end, window.value))
                 self._emitted_until = bound
                 self.store.put(_EMITTED_KEY, encode_ms(bound))
-        expire_hi = _BY_END + encode_ms(expire_bound(self.spec, now, self.retention_ms))
-        for index_key, _ in list(self.store.range(_BY_END, expire_hi)):
+        bound = expire_bound(self.spec, now, self.retention_ms)
+        if bound <= self._expired_until:
+            return
+        lo = _BY_END + encode_ms(self._expired_until)
+        self._expired_until = bound
+        for index_key, _ in list(self.store.range(lo, _BY_END + encode_ms(bound))):
             key, start, end = decode_window_key(index_key[9:])
             self._delete(key, start, end)
 

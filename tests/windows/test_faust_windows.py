@@ -421,3 +421,32 @@ def test_window_ranges_and_reads_pick_the_windows_faust_streaming_picks(faust_py
             (table.window_at(None, ts_ms - d * 1000), delta),
         ):
             assert ours is not None and list(table.window_range(*ours)) == theirs
+
+
+def test_expiry_scans_only_the_index_it_may_delete() -> None:
+    """Between commits a deleted window's index entry waits as a tombstone in the partition's
+    overlay; expiry must not walk those again on every record (that made a long run between
+    two commits quadratic): over N in-order records, each closing a window, the index keys the
+    driver's range reads cover stay O(N)."""
+    import bisect
+
+    from streamkit.tables.partition import WindowStoreView
+    from streamkit.tables.store import MemoryStore
+    from streamkit.windows import Aggregation, WindowAggregator
+
+    covered = [0]
+
+    class CountingView(WindowStoreView):
+        def range(self, lo: bytes, hi: bytes) -> Iterator[tuple[bytes, bytes]]:
+            order = self.partition._order
+            covered[0] += bisect.bisect_left(order, hi) - bisect.bisect_left(order, lo)
+            return super().range(lo, hi)
+
+    state = SortedPartition(0, MemoryStore())
+    count = Aggregation(lambda: 0, lambda n, _v: n + 1, lambda n: str(n).encode(), int)
+    driver = WindowAggregator(Tumbling(0.01), count, CountingView(state), emit="close")
+    n = 2_000
+    for i in range(n):
+        driver.process(b"k", 10 * i, None)
+    assert state.dirty > n  # nothing was committed: the tombstones are all in the overlay
+    assert covered[0] < 5 * n
