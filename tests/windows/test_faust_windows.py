@@ -450,3 +450,27 @@ def test_expiry_scans_only_the_index_it_may_delete() -> None:
         driver.process(b"k", 10 * i, None)
     assert state.dirty > n  # nothing was committed: the tombstones are all in the overlay
     assert covered[0] < 5 * n
+
+
+async def test_sliding_windows_in_faust_spelling() -> None:
+    app = sk.App("fw-sliding")
+    clicks = app.topic("clicks", key_type=str, value_type=str, partitions=1)
+    table = app.Table("within_5s", default=int).sliding(5, grace=60)
+    current: list[int] = []
+
+    @app.agent(clicks)
+    async def count(stream: sk.Stream) -> None:
+        async for event in stream.events():
+            table[event.key] += 1
+            current.append(table[event.key].current())  # the record's window [t - 5 s, t]
+
+    async with AppDriver(app) as driver:
+        for ts in (10_000, 12_000, 20_000, 14_000):
+            await driver.send(clicks, "c", key="k", timestamp=BASE + ts)
+        await driver.process()
+        windows = [(w["start"] - BASE, w["end"] - BASE, w["value"]) for w in table.windows("k")]
+    assert current == [1, 2, 1, 3]
+    assert windows == [
+        (5_000, 10_000, 1), (7_000, 12_000, 2), (9_000, 14_000, 3), (10_001, 15_001, 2),
+        (12_001, 17_001, 1), (15_000, 20_000, 1),
+    ]
