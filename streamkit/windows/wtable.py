@@ -124,6 +124,11 @@ class WindowedTable(Table):
         self.emitted_topic: Any = None  # the topic of emitted windows, once to_stream() asks
         self.late_topic = app.topic(f"{app.id}-late", key_serializer="raw", value_serializer="json", internal=True)
 
+    @property
+    def late_records(self) -> int:
+        """Records set aside as late by this worker (also on ``/status`` per reason)."""
+        return self.late.total
+
     def choose_emit(self, emit: str) -> None:
         if emit not in EMITS:
             raise ConfigError(f"emit must be one of {EMITS}, not {emit!r}")

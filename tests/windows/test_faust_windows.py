@@ -239,8 +239,10 @@ async def test_expiry_keeps_the_stored_windows_bounded_and_tombstones_them(dirs:
 async def test_late_writes_go_to_the_late_topic_and_are_counted_on_status_and_metrics() -> None:
     app = sk.App("fw-late")
     views = app.topic("views", key_type=str, value_type=str, partitions=1)
+    joined = app.topic("joined", key_type=str, value_type=list, partitions=1)
     table = app.Table("per_minute", default=int).tumbling(60, grace=10)
     declarative = app.stream(views).group_by_key().window(Tumbling(60)).count("views_per_minute")
+    app.stream(views).join(app.stream(views), lambda a, b: [a, b], within=5).to(joined)
 
     @app.agent(views)
     async def count(stream: sk.Stream) -> None:
@@ -260,8 +262,18 @@ async def test_late_writes_go_to_the_late_topic_and_are_counted_on_status_and_me
         assert [w["value"] for w in table.windows("ann")] == [2]  # [60 s, 120 s); [0, 60 s) expired
         assert declarative.windows("ann")[-1]["value"] == 2
     by_table = sorted((dict(e.headers)["streamkit.table"].decode(), e.value) for e in late)
-    assert by_table == [("per_minute", "at 2000"), ("views_per_minute", "at 2000"), ("views_per_minute", "at 30000")]
-    assert status["late_records"] == {"per_minute": {"window-closed": 1}, "views_per_minute": {"window-closed": 2}}
+    # The self-join (within 5 s, no grace) sets aside both sides of the 30 s and 2 s records.
+    join_state = next(name for name, t in app.tables.items() if name not in ("per_minute", "views_per_minute"))
+    assert by_table == sorted([
+        ("per_minute", "at 2000"), ("views_per_minute", "at 2000"), ("views_per_minute", "at 30000"),
+        *[(join_state, f"at {ts}") for ts in (30_000, 30_000, 2_000, 2_000)],
+    ])
+    assert status["late_records"] == {
+        join_state: {"window-closed": 4}, "per_minute": {"window-closed": 1}, "views_per_minute": {"window-closed": 2},
+    }
+    assert {t["name"]: t.get("late_records") for t in status["tables"]} == {
+        join_state: 4, "per_minute": 1, "views_per_minute": 2,
+    }
     assert 'streamkit_late_records_total{app="fw-late",table="per_minute",reason="window-closed"} 1' in metrics
     assert 'streamkit_late_records_total{app="fw-late",table="views_per_minute",reason="window-closed"} 2' in metrics
 
