@@ -29,6 +29,7 @@ from streamkit.signals import Signal
 from streamkit.tables.table import SetTable, Table
 from streamkit.topics import Sender, Topic, to_ms
 from streamkit.views import View, ViewHandler, route_decorator
+from streamkit.windows.faust import FaustTable
 
 _Table = Table  # the class, as annotations inside App (where ``Table`` is a method) name it
 
@@ -174,14 +175,18 @@ class App:
         self.topics[name] = topic
         return topic
 
-    def Table(self, name: str, **options: Any) -> _Table:  # Faust spells it with a capital
-        """Declare a table: keyed state, dict-like inside agents (see ``streamkit.tables``).
+    def Table(self, name: str, **options: Any) -> FaustTable:  # Faust spells it with a capital
+        """Declare a table: keyed state, dict-like inside agents (see ``streamkit.tables``);
+        ``.tumbling()``, ``.hopping()``, ``.sliding()``, ``.session()`` make it windowed
+        (``streamkit.windows.faust``).
 
         Options: ``default`` (a callable, like ``int``), ``key_type``, ``value_type``,
         ``key_serializer``, ``value_serializer``, ``partitions``, ``store`` ("rocksdb" or
-        "memory"), ``standby_replicas``, ``help``.
+        "memory"), ``standby_replicas``, ``help``, ``on_window_close``.
         """
-        return self._declare_table(name, Table, options)
+        table = self._declare_table(name, FaustTable, options)
+        assert isinstance(table, FaustTable)
+        return table
 
     def _declare_table(self, name: str, kind: type[_Table], options: dict[str, Any]) -> _Table:
         if name in self.tables:

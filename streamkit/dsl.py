@@ -55,7 +55,7 @@ from streamkit.topics import Topic, to_ms
 from streamkit.windows.join import JOIN_KINDS as STREAM_JOIN_KINDS
 from streamkit.windows.join import Codec, WindowJoin
 from streamkit.windows.spec import WindowSpec
-from streamkit.windows.wtable import WindowedTable
+from streamkit.windows.wtable import WindowedTable, late_counter
 
 if TYPE_CHECKING:
     from streamkit.app import App
@@ -613,7 +613,11 @@ class JoinState(Table):
         self.left = Codec(_dumps_of(left_serde), left_serde.loads)
         self.right = Codec(_dumps_of(right_serde), right_serde.loads)
         self.late_topic = app.topic(f"{app.id}-late", key_serializer="raw", value_serializer="json", internal=True)
-        self.late_records = 0  # records sent to the late topic by this worker
+        self.late = late_counter(app, name)  # records sent to the late topic by this worker, by reason
+
+    @property
+    def late_records(self) -> int:
+        return self.late.total
 
     def driver(self, state: SortedPartition) -> WindowJoin:
         """The join driver over one partition's state."""
@@ -778,7 +782,7 @@ def _join_stage(
                 apply(k, v)
 
     def set_aside(side: str, key: Any, raw_key: bytes | None, value: Any, ts: int, reason: str, now: int) -> None:
-        state_table.late_records += 1
+        state_table.late.add(reason)
         late_topic.send_soon(
             key=raw_key,
             value=value,

@@ -5,7 +5,8 @@ A stream is pulled, not pushed: each operator asks the one before it for the nex
 async generators sit on the per-record path, only plain coroutine calls.
 
 Processing state: an event handed to the agent counts as *processed* once the agent asks for
-the next one (or its loop ends). The outermost iterator calls ``Source.ack`` at that moment;
+the next one (or its loop ends), and what its processing deferred (``_core.context.defer``:
+a windowed table's ``on_window_close``) has run. The outermost iterator calls ``Source.ack`` at that moment;
 the runtime commits an input offset only after everything sent while processing it was
 acknowledged. A crash in between re-delivers the record: at-least-once.
 """
@@ -19,7 +20,7 @@ from types import GenericAlias
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from streamkit._core.clock import Clock
-from streamkit._core.context import current_event
+from streamkit._core.context import after_event, current_event, settle_event
 from streamkit._core.errors import ConfigError
 from streamkit._core.types import TopicPartition
 
@@ -160,6 +161,8 @@ class Stream:
         return self
 
     async def __anext__(self) -> Any:
+        if after_event.get():
+            await settle_event()
         self._source.ack()
         try:
             if self._nowait is not None:
@@ -208,6 +211,8 @@ class Stream:
         clock = self._source.clock
         within_ms = max(1, int(within * 1000))
         while True:
+            if after_event.get():
+                await settle_event()
             self._source.ack()
             try:
                 first = await self._get(None)
@@ -340,6 +345,8 @@ class _Projected(Generic[T]):
 
     async def __anext__(self) -> T:
         stream = self._stream
+        if after_event.get():
+            await settle_event()
         stream._source.ack()
         try:
             if stream._nowait is not None:

@@ -8,6 +8,7 @@ reads it without importing the runtime or the stream layer.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any, Protocol
 
@@ -28,3 +29,33 @@ class EventContext(Protocol):
 
 
 current_event: ContextVar[Any] = ContextVar("streamkit_current_event", default=None)
+
+
+# Work that processing an event left to be awaited before the event counts as processed (a
+# windowed table's ``on_window_close`` callbacks, which may be async while ``table[k] += 1`` is
+# not): the stream awaits it, in order, when the agent asks for the next event. Set per agent
+# task by the first one to defer work in it, so no two tasks share a list.
+after_event: ContextVar[list[Callable[[], Awaitable[Any]]] | None] = ContextVar(
+    "streamkit_after_event", default=None
+)
+
+
+def defer(work: Callable[[], Awaitable[Any]]) -> bool:
+    """Run ``work`` before the current event counts as processed; False outside an event
+    (then nothing will await it: the caller runs it some other way)."""
+    if current_event.get() is None:
+        return False
+    pending = after_event.get()
+    if pending is None:
+        pending = []
+        after_event.set(pending)
+    pending.append(work)
+    return True
+
+
+async def settle_event() -> None:
+    """Await what processing the current event deferred (``defer``), in order."""
+    pending = after_event.get()
+    while pending:
+        work = pending.pop(0)
+        await work()

@@ -21,7 +21,7 @@ acknowledged, to the store; the worker commits source offsets only after that.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from streamkit._core.clock import SYSTEM_CLOCK, Clock
@@ -306,20 +306,27 @@ class Table:
 
     def as_ansitable(self, *, title: str | None = None, key: str = "Key", value: str = "Value", sort: bool = False) -> str:
         """The keys and values held here as a text table (Faust's ``as_ansitable``)."""
-        rows = [(repr(k), repr(v)) for k, v in self.items()]
-        if sort:
-            rows.sort()
-        header = (key, value)
-        widths = [max([len(header[i]), *(len(r[i]) for r in rows)]) for i in range(2)]
-        rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+        return ansitable(self.items(), title=title, key=key, value=value, sort=sort)
 
-        def line(cells: tuple[str, str]) -> str:
-            return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
 
-        out = [rule, line(header), rule, *(line(r) for r in rows), rule]
-        if title:
-            out.insert(0, title)
-        return "\n".join(out)
+def ansitable(
+    items: Iterable[tuple[Any, Any]], *, title: str | None = None, key: str = "Key", value: str = "Value", sort: bool = False
+) -> str:
+    """Keys and values as a text table (what ``as_ansitable`` draws)."""
+    rows = [(repr(k), repr(v)) for k, v in items]
+    if sort:
+        rows.sort()
+    header = (key, value)
+    widths = [max([len(header[i]), *(len(r[i]) for r in rows)]) for i in range(2)]
+    rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+
+    def line(cells: tuple[str, str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    out = [rule, line(header), rule, *(line(r) for r in rows), rule]
+    if title:
+        out.insert(0, title)
+    return "\n".join(out)
 
 
 class SetTable(Table):

@@ -3,7 +3,8 @@
     GET /health     200 {"status": "running"} while the worker runs and is healthy; 503 once it
                     failed or stopped, while an agent backs off after failures, or while an
                     input partition is stalled (its topic is unknown to the log)
-    GET /status     app, broker, assigned partitions, counters, committed positions, lag
+    GET /status     app, broker, assigned partitions, counters, committed positions, lag, late
+                    records per windowed table (or join) and reason
     GET /topology   agents with their input, repartition and sink topics
     GET /metrics    the same counters in Prometheus' text format
     GET /tables     the app's tables: partitions held here, ready or restoring, keys
@@ -39,6 +40,7 @@ from streamkit.tables.table import Table
 from streamkit.topics import Topic
 from streamkit.views import Response as ViewResponse
 from streamkit.views import View
+from streamkit.windows.wtable import late_counts
 
 logger = logging.getLogger(__name__)
 
@@ -230,6 +232,7 @@ class WebServer:
                 "stalled": {str(tp): why for tp, why in sorted(w.stalled().items())},
                 "partition_mismatches": w.partition_mismatches,
                 "tables": w.state_manager.describe(),
+                "late_records": late_counts(w.app),
             }
         )
 
@@ -314,6 +317,13 @@ class WebServer:
         ]
         for tp, n in sorted(w.lag().items()):
             lines.append(f'streamkit_lag{{app="{app}",topic="{tp.topic}",partition="{tp.partition}"}} {n}')
+        lines += [
+            "# HELP streamkit_late_records_total Records that came after their windows closed, sent to <app>-late.",
+            "# TYPE streamkit_late_records_total counter",
+        ]
+        for table, reasons in late_counts(w.app).items():
+            for reason, n in sorted({"window-closed": 0, **reasons}.items()):
+                lines.append(f'streamkit_late_records_total{{app="{app}",table="{table}",reason="{reason}"}} {n}')
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
 

@@ -22,7 +22,13 @@ Emit modes:
 * ``"update"``: every change of a window is emitted as it happens (a session merged away is
   emitted with value ``None``);
 * ``"close"``: each window is emitted once, when stream time closes it; windows closing on the
-  same step come in order of end, key, start.
+  same step come in order of end, key, start;
+* ``"none"``: nothing is emitted (a table only read, never streamed out).
+
+Retention: a window is deleted (from the store, so from its changelog too) once stream time
+passes its retention: by default the spec's (``spec.expire_bound``: as soon as it closes), or
+``retention_ms`` counted from the window's start (from its end for sessions), as Kafka Streams'
+window store retention and Faust's ``expires=``; it must not be shorter than the spec's own.
 
 A record is late, and reported instead of aggregated, when it has a negative timestamp or
 every window it would go to is closed (``spec.py`` gives the close rules; ``session.py`` and
@@ -65,7 +71,7 @@ from streamkit.windows.streamtime import StreamTime
 V = TypeVar("V")
 A = TypeVar("A")
 
-Emit = Literal["update", "close"]
+Emit = Literal["update", "close", "none"]
 
 _META = b"\x00"
 _STREAM_TIME_KEY = _META + b"stream_time"
@@ -109,6 +115,63 @@ class LateRecord(Generic[V]):
     stream_time_ms: int
 
 
+class LateCounter:
+    """How many records of one table (or join) were late, by reason: what ``/metrics`` and
+    ``/status`` show. Plain counts, in memory, since the worker started.
+
+    >>> late = LateCounter()
+    >>> late.add("window-closed"); late.add("window-closed"); late.total, late.by_reason
+    (2, {'window-closed': 2})
+    """
+
+    __slots__ = ("by_reason",)
+
+    def __init__(self) -> None:
+        self.by_reason: dict[str, int] = {}
+
+    def add(self, reason: str, n: int = 1) -> None:
+        self.by_reason[reason] = self.by_reason.get(reason, 0) + n
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_reason.values())
+
+    def __repr__(self) -> str:
+        return f"LateCounter({self.by_reason})"
+
+
+def expire_bound(spec: WindowSpec, stream_time_ms: int, retention_ms: int | None) -> int:
+    """Windows with ``end < expire_bound`` may be deleted: the spec's bound, or the one of a
+    retention counted from the window's start (time and sliding windows) or end (sessions).
+
+    >>> from streamkit.windows.spec import Tumbling
+    >>> expire_bound(Tumbling(10), 25_000, None), expire_bound(Tumbling(10), 25_000, 20_000)
+    (25001, 15001)
+    """
+    if retention_ms is None:
+        return spec.expire_bound(stream_time_ms)
+    if isinstance(spec, Hopping):  # end = start + size: start + retention <= stream time
+        return stream_time_ms - retention_ms + spec.size_ms + 1
+    if isinstance(spec, Sliding):  # end = start + d
+        return stream_time_ms - retention_ms + spec.max_difference_ms
+    return stream_time_ms - retention_ms
+
+
+def retention_suffices(spec: WindowSpec, retention_ms: int) -> bool:
+    """Whether windows kept ``retention_ms`` live until they close (and sliding windows until
+    a later record copies them)."""
+    return expire_bound(spec, 0, retention_ms) <= spec.expire_bound(0)
+
+
+def check_retention(spec: WindowSpec, retention_ms: int) -> None:
+    """A retention shorter than the spec's own would delete windows before they close: refused."""
+    if not retention_suffices(spec, retention_ms):
+        raise ConfigError(
+            f"windows must be kept at least until they close: expires={retention_ms / 1000:g}s is "
+            f"shorter than the {spec.retention_ms / 1000:g}s {type(spec).__name__} windows need"
+        )
+
+
 @dataclass
 class Step(Generic[V, A]):
     """What one record (or one ``advance``) produced."""
@@ -135,19 +198,30 @@ class WindowAggregator(Generic[V, A]):
         store: WindowStore | None = None,
         *,
         emit: Emit = "update",
+        retention_ms: int | None = None,
+        late_counter: LateCounter | None = None,
     ) -> None:
-        if emit not in ("update", "close"):
-            raise ConfigError(f"emit must be 'update' or 'close', not {emit!r}")
+        if emit not in ("update", "close", "none"):
+            raise ConfigError(f"emit must be 'update' or 'close' (or 'none'), not {emit!r}")
+        if retention_ms is not None:
+            check_retention(spec, retention_ms)
         if isinstance(spec, Session) and aggregation.merger is None:
             raise ConfigError("session windows need an aggregation with a merger")
         self.spec = spec
         self.aggregation = aggregation
         self.store: WindowStore = store if store is not None else SortedMemoryStore()
         self.emit: Emit = emit
+        self.retention_ms = retention_ms
+        self.late_counter = late_counter
         raw = self.store.get(_STREAM_TIME_KEY)
         self.stream_time = StreamTime(decode_ms(raw) if raw is not None else -1)
         raw = self.store.get(_EMITTED_KEY)
         self._emitted_until = decode_ms(raw) if raw is not None else MIN_MS
+        # Windows ending below this were deleted (in this process's life; from the start of
+        # the index after a restart). Every window the driver creates is open, so ends at or
+        # above the expire bound: the next expiry scan starts here, not at the index's start,
+        # where the deleted entries' tombstones wait in the store's overlay for the commit.
+        self._expired_until = MIN_MS
 
     # -- records --------------------------------------------------------------------------
 
@@ -156,6 +230,8 @@ class WindowAggregator(Generic[V, A]):
         step: Step[V, A] = Step()
         if ts_ms < 0:
             step.late = LateRecord(key, ts_ms, value, "negative-timestamp", self.stream_time.ms)
+            if self.late_counter is not None:
+                self.late_counter.add("negative-timestamp")
             return step
         if self.stream_time.advance(ts_ms):
             self.store.put(_STREAM_TIME_KEY, encode_ms(self.stream_time.ms))
@@ -168,6 +244,8 @@ class WindowAggregator(Generic[V, A]):
             reason = self._process_sliding(spec, key, ts_ms, value, step)
         if reason is not None:
             step.late = LateRecord(key, ts_ms, value, reason, self.stream_time.ms)
+            if self.late_counter is not None:
+                self.late_counter.add(reason)
         self._close_and_expire(step)
         return step
 
@@ -273,8 +351,12 @@ class WindowAggregator(Generic[V, A]):
                         step.emitted.append(WindowResult(key, start, end, window.value))
                 self._emitted_until = bound
                 self.store.put(_EMITTED_KEY, encode_ms(bound))
-        expire_hi = _BY_END + encode_ms(self.spec.expire_bound(now))
-        for index_key, _ in list(self.store.range(_BY_END, expire_hi)):
+        bound = expire_bound(self.spec, now, self.retention_ms)
+        if bound <= self._expired_until:
+            return
+        lo = _BY_END + encode_ms(self._expired_until)
+        self._expired_until = bound
+        for index_key, _ in list(self.store.range(lo, _BY_END + encode_ms(bound))):
             key, start, end = decode_window_key(index_key[9:])
             self._delete(key, start, end)
 
@@ -295,6 +377,18 @@ class WindowAggregator(Generic[V, A]):
         """The aggregate of one window, if stored."""
         window = self._get(key, start_ms, end_ms)
         return None if window is None else window.value
+
+    def window(self, key: bytes, start_ms: int, end_ms: int) -> WindowResult[A] | None:
+        """One stored window (``fetch``, telling a missing window from a ``None`` aggregate)."""
+        window = self._get(key, start_ms, end_ms)
+        return None if window is None else WindowResult(key, start_ms, end_ms, window.value)
+
+    def remove(self, key: bytes, start_ms: int, end_ms: int) -> bool:
+        """Delete one window (it is then never emitted on close); whether it was stored."""
+        if self._get(key, start_ms, end_ms) is None:
+            return False
+        self._delete(key, start_ms, end_ms)
+        return True
 
     # -- store access ---------------------------------------------------------------------
 

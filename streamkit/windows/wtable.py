@@ -7,7 +7,12 @@ driver's stream time and emit progress, all changelogged, so a restored partitio
 with the same answers. Declared by the DSL (``app.stream(t).group_by(f).window(spec).count(n)``).
 
 Reads go through ``windows(key)`` and ``items()`` (``((key, (start_ms, end_ms)), value)``),
-not ``table[key]``: a key has many windows.
+not ``table[key]``: a key has many windows. (Faust's spelling, ``app.Table(...).tumbling(...)``,
+wraps this class: ``streamkit.windows.faust``.)
+
+Late records are counted per table (or join) and reason in a ``LateCounter`` that
+``late_counter(app, name)`` hands out, one per name and app, for ``/metrics`` and ``/status``
+(``late_counts(app)``); the join driver counts its late records the same way.
 
 >>> import streamkit as sk
 >>> from streamkit.windows import Tumbling
@@ -20,18 +25,57 @@ not ``table[key]``: a key has many windows.
 
 from __future__ import annotations
 
+import logging
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from streamkit._core.errors import ConfigError
+from streamkit._core.partitioner import partition_for_key
 from streamkit._core.serde import Serde
 from streamkit.tables.errors import TableError
 from streamkit.tables.partition import SortedPartition, WindowStoreView
 from streamkit.tables.table import Table, table_serdes
-from streamkit.windows.aggregate import Aggregation, Emit, WindowAggregator
-from streamkit.windows.spec import Hopping, Session, Sliding, WindowSpec
+from streamkit.windows.aggregate import (
+    Aggregation,
+    Emit,
+    LateCounter,
+    WindowAggregator,
+    retention_suffices,
+)
+from streamkit.windows.spec import Duration, Hopping, Session, Sliding, WindowSpec, duration_ms
+
+logger = logging.getLogger(__name__)
 
 EMITS = ("update", "close")
+
+_LATE: weakref.WeakKeyDictionary[Any, dict[str, LateCounter]] = weakref.WeakKeyDictionary()
+
+
+def late_counter(app: Any, name: str) -> LateCounter:
+    """The late-record counter of table (or join) ``name`` of ``app``: one per name, made on
+    first use, kept as long as the app.
+
+    >>> import streamkit as sk
+    >>> app = sk.App("docs-late")
+    >>> late_counter(app, "t").add("window-closed")
+    >>> late_counter(app, "t").total, late_counts(app)
+    (1, {'t': {'window-closed': 1}})
+    """
+    counters = _LATE.setdefault(app, {})
+    counter = counters.get(name)
+    if counter is None:
+        counter = counters[name] = LateCounter()
+    return counter
+
+
+def late_counts(app: Any) -> dict[str, dict[str, int]]:
+    """Late records so far per table (or join) and reason, every windowed table listed."""
+    counts = {name: dict(c.by_reason) for name, c in _LATE.get(app, {}).items()}
+    for name, table in getattr(app, "tables", {}).items():
+        if table.is_windowed:
+            counts.setdefault(name, {})
+    return dict(sorted(counts.items()))
 
 
 class WindowedTable(Table):
@@ -52,6 +96,8 @@ class WindowedTable(Table):
         value_serializer: str | Serde | None = None,
         partitions: int | None = None,
         store: str | None = None,
+        expires: Duration | None = None,
+        standby_replicas: int = 0,
         help: str = "",
     ) -> None:
         if not isinstance(spec, (Hopping, Session, Sliding)):
@@ -60,12 +106,24 @@ class WindowedTable(Table):
             raise ConfigError(f"windowed table {name!r}: session windows need a merger")
         # The changelog carries the driver's store layout as bytes.
         super().__init__(
-            app, name, key_serializer="raw", value_serializer="raw", partitions=partitions, store=store, help=help
+            app, name, key_serializer="raw", value_serializer="raw", partitions=partitions, store=store,
+            standby_replicas=standby_replicas, help=help,
         )
         self.key_type = key_type
         self.value_type = value_type
         self.group_key_serde, self.aggregate_serde = table_serdes(key_type, value_type, key_serializer, value_serializer)
         self.spec = spec
+        # Kept from its start (sessions: its end) this long; None: until it closes.
+        self.retention_ms = None if expires is None else duration_ms(expires, "expires")
+        if self.retention_ms is not None and not retention_suffices(spec, self.retention_ms):
+            # Faust accepts it (its windows then expire before they end); here a window is kept
+            # until it closes by stream time, so the shorter value is raised to that, once said.
+            logger.warning(
+                "windowed table %r: expires=%gs is shorter than its windows last (%s): each is kept "
+                "until it closes instead", name, self.retention_ms / 1000, spec,
+            )
+            self.retention_ms = None
+        self.late = late_counter(app, name)
         dumps, loads = self.aggregate_serde.dumps, self.aggregate_serde.loads
         self.aggregation: Aggregation[Any, Any] = Aggregation(
             initializer, adder, lambda a: dumps(a) or b"", loads, merger
@@ -74,6 +132,11 @@ class WindowedTable(Table):
         self._emit_chosen = False
         self.emitted_topic: Any = None  # the topic of emitted windows, once to_stream() asks
         self.late_topic = app.topic(f"{app.id}-late", key_serializer="raw", value_serializer="json", internal=True)
+
+    @property
+    def late_records(self) -> int:
+        """Records set aside as late by this worker (also on ``/status`` per reason)."""
+        return self.late.total
 
     def choose_emit(self, emit: str) -> None:
         if emit not in EMITS:
@@ -85,7 +148,21 @@ class WindowedTable(Table):
 
     def aggregator(self, state: SortedPartition) -> WindowAggregator[Any, Any]:
         """The window driver over one partition's state."""
-        return WindowAggregator(self.spec, self.aggregation, WindowStoreView(state), emit=self.emit)
+        return WindowAggregator(
+            self.spec, self.aggregation, WindowStoreView(state), emit=self.emit,
+            retention_ms=self.retention_ms, late_counter=self.late,
+        )
+
+    def partition_of(self, key: Any) -> int:
+        """The partition ``key``'s hash names: of the group key's bytes (the store's keys are
+        window keys, not the group key)."""
+        count = self.partition_count
+        if count is None:
+            raise TableError(f"table {self.name!r} is not running in a worker")
+        raw = self.group_key_serde.dumps(key)
+        if raw is None:
+            raise TableError(f"table {self.name!r}: a key cannot be None")
+        return partition_for_key(raw, count)
 
     # -- reads ----------------------------------------------------------------------------
 
