@@ -7,13 +7,27 @@ source:
 1. the source records are decoded with the topic's serializers, and the operators before the
    grouping run on each (``dsl.runner``, the worker's own function);
 2. each output goes to the table partition the worker would put it in: by the hash of its
-   key as the repartition topic encodes it (after a ``group_by``), else the source partition;
-3. per table partition and key, the outputs are folded in event order (timestamp, then source
-   partition and offset) with the aggregation's function (count, sum, reduce, aggregate,
-   latest value);
-4. the results are appended to the table's changelog, the state every worker restores from,
-   and the app's consumer group is moved to the end of what was read, so a worker started
-   afterwards serves the backfilled values and processes only newer records.
+   key as the repartition topic encodes it (after a ``group_by``; key and value then make the
+   repartition topic's round trip through its serializers, as in the worker), else the source
+   partition;
+3. plain tables: per table partition and key, the outputs are folded in event order
+   (timestamp, then source partition and offset) with the aggregation's function (count,
+   sum, reduce, aggregate, latest value). Windowed tables: per table partition, the worker's
+   own window driver (``windows.aggregate.WindowAggregator``) runs over the outputs in the
+   order a worker's task reads them: each source partition in offset order, the source
+   partitions merged by the timestamp of their next record (Kafka Streams' choice), so stream
+   time, grace, closing and late records are the worker's; late records go to ``<app>-late``
+   as the worker sends them;
+4. the results are appended to the table's changelog, the state every worker restores from
+   (for a windowed table: the driver's store, windows, index, stream time and emit progress,
+   byte for byte), with a tombstone for every key an earlier changelog holds that the result
+   lacks; then the app's consumer group is moved to the end of what was read, so a worker
+   started afterwards serves the backfilled values and processes only newer records.
+
+``to_topic`` writes the result records to a topic instead (the table's keys and values; for
+a windowed table each window once, with its final value, as the windows topic spells it)
+and leaves the changelog and the group alone. ``run_job`` runs a hand-written job
+``fn(spark, source_df) -> DataFrame(key, value)`` in place of the declarative plan.
 
 What the backfill does not run is refused by name: stream-table joins, table-table joins and
 pipelines over a table's changes (they depend on the timing of the other side), and tables
@@ -22,6 +36,9 @@ filled by agent code. A backfill needs the app's workers stopped: it moves their
 
 from __future__ import annotations
 
+import functools
+import heapq
+import importlib
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -32,13 +49,14 @@ from urllib.parse import urlparse
 
 from streamkit._core.errors import ConfigError
 from streamkit._core.partitioner import partition_for_key
-from streamkit._core.serde import serde_for
+from streamkit._core.serde import Serde, serde_for
 from streamkit.app import App
 from streamkit.dsl import (
     REPARTITION_KEY_SERDE,
     Aggregate,
     GroupBy,
     Join,
+    Map,
     Pipeline,
     Sink,
     Source,
@@ -50,21 +68,41 @@ from streamkit.dsl import (
 )
 from streamkit.spark.logs import open_source_log
 from streamkit.spark.source import FORMAT, register
+from streamkit.windows.aggregate import WindowAggregator
+from streamkit.windows.keys import decode_window_key
+from streamkit.windows.store import SortedMemoryStore
+from streamkit.windows.wtable import WindowedTable
 
 _REPARTITION_KEYS = serde_for(REPARTITION_KEY_SERDE)
+_JSON = serde_for("json")
+# The window driver's store layout (windows/aggregate.py): window aggregates under 0x01.
+_WINDOW_DATA = b"\x01"
+
+# What the executors hand back: one row per record to write, ``kind`` saying where it goes.
+ROW_SCHEMA = (
+    "kind string, partition int, key binary, value binary, timestamp timestamp, "
+    "headers array<struct<key: string, value: binary>>"
+)
+CHANGELOG, LATE, OUTPUT = "changelog", "late", "output"
 
 
 @dataclass(frozen=True, slots=True)
 class BackfillReport:
     table: str
-    records_read: int
-    keys_written: int
+    records_read: int  # source records (a job: source offsets)
+    keys_written: int  # records written to the changelog (or the output topic)
     ends: dict[int, int]  # source partition -> the offset the app's group now starts from
+    late: int = 0  # records a windowed table left out as late (sent to <app>-late)
+    windows: int | None = None  # windows held at the end (windowed tables)
+    deleted: int = 0  # keys of an earlier changelog the result lacks, deleted
+    to_topic: str | None = None
+    job: str | None = None
 
 
-def spark_session(master: str, name: str) -> Any:
+def spark_session(master: str, name: str, log_path: str | None = None) -> Any:
     """A SparkSession for a backfill: the driver on loopback, no web UI, the workers on this
-    Python."""
+    Python. With ``log_path``, the JVM's own output (start-up notices, Spark's log) goes to
+    that file rather than to this process's stderr."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -72,25 +110,40 @@ def spark_session(master: str, name: str) -> Any:
     builder = SparkSession.builder.master(master).appName(name).config("spark.ui.enabled", "false")
     if master.startswith("local"):
         builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-    session = builder.getOrCreate()
+    if log_path is None:
+        session = builder.getOrCreate()
+    else:
+        # The JVM inherits stderr when it starts: hand it the log file for that moment.
+        sys.stderr.flush()
+        saved = os.dup(2)
+        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.dup2(log, 2)
+            session = builder.getOrCreate()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.close(log)
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def _declarative(app: App) -> list[str]:
+    return sorted(
+        p[-1].table.name for p in app.topologies if isinstance(p[-1], (Aggregate, WindowedAggregate))
+    )
 
 
 def find_pipeline(app: App, table: str) -> Pipeline:
     """The declarative pipeline that fills ``table``, or a clear error."""
     for pipeline in app.topologies:
         terminal = pipeline[-1]
-        if isinstance(terminal, Aggregate) and terminal.table.name == table:
+        if isinstance(terminal, (Aggregate, WindowedAggregate)) and terminal.table.name == table:
             refuse_unsupported(pipeline, table)
             return pipeline
-        if isinstance(terminal, WindowedAggregate) and terminal.table.name == table:
-            raise ConfigError(f"table {table!r} is windowed: the backfill does not run windowed tables yet")
         if isinstance(terminal, TableJoin) and terminal.table.name == table:
             raise ConfigError(f"table {table!r} is a table-table join: the backfill does not run those")
-    declarative = sorted(
-        p[-1].table.name for p in app.topologies if isinstance(p[-1], Aggregate)
-    )
+    declarative = _declarative(app)
     if table in app.tables:
         raise ConfigError(
             f"table {table!r} is filled by agent code, which the backfill cannot plan; it runs "
@@ -148,6 +201,9 @@ def _fold(kind: str, fn: Callable[..., Any] | None, initializer: Callable[[], An
     return found, acc
 
 
+# -- what the executors run --------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class _Plan:
     """What an executor runs, rebuilt there from the app's module (functions and serializers
@@ -157,38 +213,56 @@ class _Plan:
     root: str | None
     table: str
     repartitions: int
+    output: bool = False  # the result records for a topic, not the changelog's
+    job: str | None = None  # the hand-written job whose rows fill the table
 
 
-_PLANS: dict[_Plan, Any] = {}
+@dataclass(frozen=True)
+class _Parts:
+    """A pipeline cut where the worker cuts it, with the serializers on the way."""
+
+    key_loads: Callable[[bytes | None], Any]
+    value_loads: Callable[[bytes | None], Any]
+    key_dumps: Callable[[Any], bytes | None]
+    before: Callable[[Any, Any], list[tuple[Any, Any]]]
+    group: GroupBy | None
+    # The repartition topic's value serializer when an operator before the group_by may have
+    # changed the values' type (json; else the source's, which gives back what it decoded).
+    repartition_values: Serde | None
+    after: Callable[[Any, Any], list[tuple[Any, Any]]]
+    terminal: Aggregate | WindowedAggregate
 
 
-def _parts(plan: _Plan) -> Any:
-    """(key_loads, value_loads, before, regroup, grouped, after, key_dumps, value_dumps, kind,
-    fn, initializer) of ``plan``, built once per executor process."""
-    found = _PLANS.get(plan)
+_PARTS: dict[_Plan, _Parts] = {}
+
+
+def _parts(plan: _Plan) -> _Parts:
+    """``plan``'s pipeline parts, built once per executor process."""
+    found = _PARTS.get(plan)
     if found is None:
         app = load_app(plan.app_ref, plan.root)
         pipeline = find_pipeline(app, plan.table)
         source, terminal = pipeline[0], pipeline[-1]
-        assert isinstance(source, Source) and isinstance(terminal, Aggregate)
+        assert isinstance(source, Source) and isinstance(terminal, (Aggregate, WindowedAggregate))
         middle = pipeline[1:-1]
         split = next((i for i, n in enumerate(middle) if isinstance(n, GroupBy)), None)
         group = middle[split] if split is not None else None
         before = middle if split is None else middle[:split]
         after = () if split is None else middle[split + 1 :]
-        found = _PLANS[plan] = (
-            source.topic.key_serde.loads, source.topic.value_serde.loads,
-            runner(tuple(before)), group.fn if isinstance(group, GroupBy) else None, group is not None,
-            runner(tuple(after)), terminal.table.key_serde.dumps, terminal.table.value_serde.dumps,
-            terminal.kind, terminal.fn, terminal.initializer,
+        repartition_values = None
+        # As compile_pipeline declares the repartition topic.
+        if isinstance(group, GroupBy) and any(isinstance(n, Map) and n.kind != "filter" for n in before):
+            repartition_values = _JSON
+        found = _PARTS[plan] = _Parts(
+            source.topic.key_serde.loads, source.topic.value_serde.loads, source.topic.key_serde.dumps,
+            runner(tuple(before)),
+            group if isinstance(group, GroupBy) else None, repartition_values, runner(tuple(after)), terminal,
         )
     return found
 
 
 def load_app(app_ref: str, root: str | None) -> App:
     """The ``App`` named ``module:attribute``, importing from ``root`` first when given."""
-    import importlib
-
     module_name, _, attr = app_ref.partition(":")
     if root and root not in sys.path:
         sys.path.insert(0, root)
@@ -210,74 +284,228 @@ def import_root(app_ref: str) -> str | None:
     return root
 
 
-def _place(plan: _Plan, rows: Iterator[Any]) -> Iterator[tuple[tuple[int, bytes], tuple[int, int, int, Any, Any]]]:
-    """Source rows -> ((table partition, key bytes), (timestamp, partition, offset, key, value))."""
-    key_loads, value_loads, run_before, regroup, grouped, run_after, key_dumps, *_ = _parts(plan)
+# (table partition, source partition, offset, timestamp ms, key, value) of one pipeline output
+Placed = tuple[int, int, int, int, Any, Any]
+
+
+def _place(plan: _Plan, rows: Iterator[Any]) -> Iterator[Placed]:
+    """Source rows -> their pipeline's outputs, each with the table partition it goes to."""
+    parts = _parts(plan)
+    key_loads, value_loads, run_before, run_after = parts.key_loads, parts.value_loads, parts.before, parts.after
+    group = parts.group
+    regroup = group.fn if group is not None else None
+    values = parts.repartition_values
     for row in rows:
         key, value = key_loads(row.key), value_loads(row.value)
         timestamp = int(row.timestamp.timestamp() * 1000)
         for k, v in run_before(key, value):
-            if regroup is not None:
-                k = regroup(v)
-            if grouped:
-                partition = partition_for_key(_REPARTITION_KEYS.dumps(k) or b"", plan.repartitions)
+            if group is not None:
+                if regroup is not None:
+                    k = regroup(v)
+                # Through the repartition topic: its serializers, then the partition of the bytes.
+                raw = _REPARTITION_KEYS.dumps(k) or b""
+                k = _REPARTITION_KEYS.loads(raw)
+                if values is not None:
+                    v = values.loads(values.dumps(v))
+                partition = partition_for_key(raw, plan.repartitions)
             else:
                 partition = row.partition
             for k2, v2 in run_after(k, v):
-                yield (partition, key_dumps(k2) or b""), (timestamp, row.partition, row.offset, k2, v2)
+                yield partition, row.partition, row.offset, timestamp, k2, v2
+
+
+def _counted(counter: Any, rows: Iterator[Any]) -> Iterator[Any]:
+    n = 0
+    for row in rows:
+        n += 1
+        yield row
+    counter.add(n)
+
+
+def _stamp(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
 def _fold_key(plan: _Plan, item: tuple[tuple[int, bytes], Iterable[tuple[int, int, int, Any, Any]]]) -> Iterator[tuple[Any, ...]]:
     """One key's outputs, in event order, folded into the row its changelog record becomes."""
-    *_, value_dumps, kind, fn, initializer = _parts(plan)
+    terminal = _parts(plan).terminal
+    assert isinstance(terminal, Aggregate)
     (partition, raw_key), outputs = item
     ordered = sorted(outputs, key=lambda o: (o[0], o[1], o[2]))
-    present, value = _fold(kind, fn, initializer, ordered[0][3], (o[4] for o in ordered))
-    stamp = datetime.fromtimestamp(ordered[-1][0] / 1000, tz=UTC)
-    yield (raw_key, value_dumps(value) if present else None, partition, stamp)
+    present, value = _fold(terminal.kind, terminal.fn, terminal.initializer, ordered[0][3], (o[4] for o in ordered))
+    raw_value = terminal.table.value_serde.dumps(value) if present else None
+    if plan.output:
+        yield (OUTPUT, None, raw_key, raw_value, _stamp(ordered[-1][0]), None)
+    else:
+        yield (CHANGELOG, partition, raw_key, raw_value, _stamp(ordered[-1][0]), None)
+
+
+def _job_rows(plan: _Plan, partitions: int, rows: Iterator[Any]) -> Iterator[tuple[bytes, bytes | None, int]]:
+    """A job's (key, value) rows with the table partition of each key: where the worker's
+    pipeline puts it (the hash of the key as the repartition topic, or else the source topic,
+    encodes it)."""
+    parts = _parts(plan)
+    table_keys = parts.terminal.table.key_serde.loads
+    encode = _REPARTITION_KEYS.dumps if parts.group is not None else parts.key_dumps
+    for row in rows:
+        key = bytes(row.key) if row.key is not None else None
+        if key is None:
+            raise ConfigError(f"job {plan.job} returned a row without a key: a table's keys cannot be null")
+        try:
+            placed = encode(table_keys(key)) or b""
+        except Exception as exc:
+            raise ConfigError(f"job {plan.job} returned key {key!r}, which the table's serializer does not "
+                              f"read: {exc}") from None
+        yield key, None if row.value is None else bytes(row.value), partition_for_key(placed, partitions)
+
+
+def _plain_rows(plan: _Plan, rows: Iterator[Any]) -> Iterator[tuple[tuple[int, bytes], tuple[int, int, int, Any, Any]]]:
+    terminal = _parts(plan).terminal
+    assert isinstance(terminal, Aggregate)
+    key_dumps = terminal.table.key_serde.dumps
+    for partition, source_partition, offset, ts, k, v in _place(plan, rows):
+        yield (partition, key_dumps(k) or b""), (ts, source_partition, offset, k, v)
+
+
+class _StampedStore(SortedMemoryStore):
+    """The driver's store in the executor: remembers the event time of each key's last write
+    (the worker stamps changelog records so) and the windows deleted, with their last value."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0
+        self.stamps: dict[bytes, int] = {}
+        self.dropped: list[tuple[bytes, bytes]] = []
+
+    def put(self, key: bytes, value: bytes) -> None:
+        super().put(key, value)
+        self.stamps[key] = self.now
+
+    def delete(self, key: bytes) -> None:
+        if key[:1] == _WINDOW_DATA:
+            raw = self.get(key)
+            if raw is not None:
+                self.dropped.append((key, raw))
+        super().delete(key)
+        self.stamps.pop(key, None)
+
+
+def _merged(records: list[Placed]) -> Iterator[Placed]:
+    """A table partition's records in the order a worker's task takes them: each source
+    partition in offset order, the next record always from the source partition whose next
+    record is the oldest (ties: the lower source partition)."""
+    by_source: dict[int, list[Placed]] = {}
+    for record in records:
+        by_source.setdefault(record[1], []).append(record)
+    heads: list[tuple[int, int, int]] = []
+    for source, found in by_source.items():
+        found.sort(key=lambda r: r[2])  # offset (a flat map's outputs keep their order: stable)
+        heads.append((found[0][3], source, 0))
+    heapq.heapify(heads)
+    while heads:
+        _ts, source, i = heapq.heappop(heads)
+        found = by_source[source]
+        yield found[i]
+        if i + 1 < len(found):
+            heapq.heappush(heads, (found[i + 1][3], source, i + 1))
+
+
+def _window_rows(plan: _Plan, items: Iterator[tuple[int, Placed]]) -> Iterator[tuple[Any, ...]]:
+    """The worker's window driver over each table partition's records (``_merged`` order):
+    the store it ends with (changelog rows), the late records, and with ``plan.output`` each
+    window once with its final value."""
+    terminal = _parts(plan).terminal
+    assert isinstance(terminal, WindowedAggregate)
+    table = terminal.table
+    key_dumps = table.group_key_serde.dumps
+    late_values = table.late_topic.value_serde.dumps
+    by_partition: dict[int, list[Placed]] = {}
+    for partition, record in items:
+        by_partition.setdefault(partition, []).append(record)
+    for partition, records in sorted(by_partition.items()):
+        store = _StampedStore()
+        driver = WindowAggregator(table.spec, table.aggregation, store, emit=table.emit)
+        for _p, _source, _offset, ts, key, value in _merged(records):
+            store.now = ts
+            step = driver.process(key_dumps(key) or b"", ts, (key, value))
+            late = step.late
+            if late is not None:
+                headers = [
+                    ("streamkit.table", table.name.encode()),
+                    ("streamkit.reason", late.reason.encode()),
+                    ("streamkit.timestamp", str(late.ts_ms).encode()),
+                    ("streamkit.stream_time", str(late.stream_time_ms).encode()),
+                ]
+                yield (LATE, None, late.key, late_values(value), None, headers)
+            if plan.output:
+                yield from _final_windows(table, driver, store.dropped)
+            store.dropped.clear()
+        if plan.output:
+            for window in driver.windows():
+                yield _window_output(table, window.key, window.start_ms, window.end_ms, window.value)
+        else:
+            for key, raw in store.range(b"", b"\x03"):  # meta 0x00, windows 0x01, index 0x02
+                yield (CHANGELOG, partition, key, raw, _stamp(store.stamps.get(key, 0)), None)
+
+
+def _final_windows(
+    table: WindowedTable, driver: WindowAggregator[Any, Any], dropped: list[tuple[bytes, bytes]]
+) -> Iterator[tuple[Any, ...]]:
+    """Windows the driver deleted because they closed (not sessions merged into another)."""
+    now = driver.stream_time.ms
+    for data_key, raw in dropped:
+        key, start, end = decode_window_key(data_key[1:])
+        if table.spec.closed(end, now):
+            yield _window_output(table, key, start, end, table.aggregation.deserialize(raw[8:]))
+
+
+def _window_output(table: WindowedTable, key: bytes, start: int, end: int, value: Any) -> tuple[Any, ...]:
+    """A window as the windows topic carries it (``KWindowedTable.to_stream``)."""
+    body = _JSON.dumps({"window_start": start, "window_end": end, "value": value})
+    return (OUTPUT, None, key, body, _stamp(end), None)
+
+
+# -- the driver ---------------------------------------------------------------------------------
 
 
 def backfill(
     spark: Any, app_ref: str, *tables: str, from_ms: int | None = None, to_ms: int | None = None,
+    to_topic: str | None = None,
 ) -> list[BackfillReport]:
     """Recompute ``tables`` (declared tables of the app ``app_ref``, ``module:attribute``) over
     their sources' history, write them to their changelogs, then move the app's consumer group
     past what was read (see the module docstring). Every agent of the app that reads a source
-    must be one of these tables' pipelines: the group's position is shared."""
+    must be one of these tables' pipelines: the group's position is shared.
+
+    With ``to_topic``, the results go to that topic instead, and neither the changelogs nor
+    the group change."""
     if not tables:
         raise ConfigError("name at least one table to backfill")
     app = load_app(app_ref, None)
     pipelines = {name: find_pipeline(app, name) for name in tables}
-    _check_group_free(app, list(pipelines.items()))
+    if to_topic is None:
+        _check_group_free(app, list(pipelines.items()))
     reports = []
     ends: dict[str, dict[int, int]] = {}
     for name, pipeline in pipelines.items():
-        report = _backfill_one(spark, app, app_ref, name, pipeline, from_ms, to_ms)
+        report = _backfill_one(spark, app, app_ref, name, pipeline, from_ms, to_ms, to_topic)
         reports.append(report)
         source = pipeline[0]
         assert isinstance(source, Source)
         ends[source.topic.name] = report.ends
-    _commit(app, list(pipelines.items()), ends)
+    if to_topic is None:
+        _commit(app, list(pipelines.items()), ends)
     return reports
 
 
-def _backfill_one(
-    spark: Any, app: App, app_ref: str, table_name: str, pipeline: Pipeline, from_ms: int | None, to_ms: int | None
-) -> BackfillReport:
-    import functools
-
-    source = pipeline[0]
-    terminal = pipeline[-1]
-    assert isinstance(source, Source) and isinstance(terminal, Aggregate)
-    table = terminal.table
-
+def _ranges(app: App, topic: str, from_ms: int | None, to_ms: int | None) -> tuple[dict[int, int], dict[int, int]]:
+    """(start, end) offsets per partition of ``topic`` for the time range."""
     options = log_options(app)
-    log = open_source_log(options.get("path"), options.get("bootstrap"), source.topic.name)
+    log = open_source_log(options.get("path"), options.get("bootstrap"), topic)
     try:
-        source_partitions = log.partition_count()
         ends: dict[int, int] = {}
         starts: dict[int, int] = {}
-        for p in range(source_partitions):
+        for p in range(log.partition_count()):
             first, end = log.bounds(p)
             starts[p] = first
             if from_ms is not None:
@@ -289,41 +517,242 @@ def _backfill_one(
             ends[p] = max(end, starts[p])
     finally:
         log.close()
-    # The worker's rule: the changelog's count if it exists, else the table's, else the sources'.
-    table_partitions = _partition_count(app, table.changelog_topic.name, table.declared_partitions or source_partitions)
-    # compile_pipeline's repartition topics take the source's partition count.
-    plan = _Plan(app_ref, import_root(app_ref), table_name, source_partitions)
+    return starts, ends
 
+
+def source_frame(spark: Any, app: App, topic: str, starts: dict[int, int], ends: dict[int, int]) -> Any:
+    """The source records in ``[starts, ends)`` as a DataFrame of the Kafka source's columns."""
     register(spark)
-    reader = spark.read.format(FORMAT).option("topic", source.topic.name)
-    for name, value in options.items():
+    reader = spark.read.format(FORMAT).option("topic", topic)
+    for name, value in log_options(app).items():
         reader = reader.option(name, value)
-    topic = source.topic.name
     offsets = ", ".join(f'"{p}": {o}' for p, o in starts.items())
     reader = reader.option("startingOffsets", f'{{"{topic}": {{{offsets}}}}}')
     offsets = ", ".join(f'"{p}": {o}' for p, o in ends.items())
     reader = reader.option("endingOffsets", f'{{"{topic}": {{{offsets}}}}}')
-    frame = reader.load().select("key", "value", "partition", "offset", "timestamp")
-    read = frame.count()
-    results = (
-        frame.rdd.mapPartitions(functools.partial(_place, plan))
-        .groupByKey()
-        .flatMap(functools.partial(_fold_key, plan))
+    return reader.load()
+
+
+def _backfill_one(
+    spark: Any, app: App, app_ref: str, table_name: str, pipeline: Pipeline, from_ms: int | None, to_ms: int | None,
+    to_topic: str | None,
+) -> BackfillReport:
+    source = pipeline[0]
+    terminal = pipeline[-1]
+    assert isinstance(source, Source) and isinstance(terminal, (Aggregate, WindowedAggregate))
+    table = terminal.table
+    starts, ends = _ranges(app, source.topic.name, from_ms, to_ms)
+    source_partitions = len(ends)
+    # compile_pipeline's repartition topics take the source's partition count.
+    plan = _Plan(app_ref, import_root(app_ref), table_name, source_partitions, output=to_topic is not None)
+    frame = source_frame(spark, app, source.topic.name, starts, ends).select(
+        "key", "value", "partition", "offset", "timestamp"
     )
-    out = spark.createDataFrame(results, "key binary, value binary, partition int, timestamp timestamp")
-    out.cache()
-    written = out.count()
-    if written:
-        _ensure_changelog(app, table, table_partitions)
-        writer = out.write.format(FORMAT).option("topic", table.changelog_topic.name).mode("append")
-        for name, value in options.items():
-            writer = writer.option(name, value)
-        writer.save()
-    out.unpersist()
-    return BackfillReport(table_name, read, written, ends)
+    counter = spark.sparkContext.accumulator(0)
+    rows = frame.rdd.mapPartitions(functools.partial(_counted, counter))
+    if isinstance(terminal, WindowedAggregate):
+        # Table partition p is the input partition p of the aggregating task: one Spark
+        # partition each, so one driver sees all of it.
+        placed = rows.mapPartitions(functools.partial(_place, plan)).map(lambda r: (r[0], r))
+        results = placed.partitionBy(source_partitions, lambda p: p).mapPartitions(
+            functools.partial(_window_rows, plan)
+        )
+    else:
+        results = (
+            rows.mapPartitions(functools.partial(_plain_rows, plan))
+            .groupByKey()
+            .flatMap(functools.partial(_fold_key, plan))
+        )
+    out = spark.createDataFrame(results, ROW_SCHEMA).cache()
+    try:
+        out.count()  # computes (and caches) the results, counting the records read
+        read = int(counter.value)
+        late = 0
+        if isinstance(table, WindowedTable):
+            late = _write_late(app, table, out, send=to_topic is None)
+        windows = None
+        if isinstance(table, WindowedTable) and to_topic is None:
+            windows = out.filter(f"kind = '{CHANGELOG}' AND substring(key, 1, 1) = X'01'").count()
+        if to_topic is not None:
+            written = write_topic(spark, app, to_topic, out.filter(f"kind = '{OUTPUT}'").select("key", "value", "timestamp"))
+            return BackfillReport(table_name, read, written, ends, late, windows, to_topic=to_topic)
+        # The worker's rule: the changelog's count if it exists, else the table's, else the sources'.
+        table_partitions = _partition_count(app, table.changelog_topic.name) or table.declared_partitions or source_partitions
+        rows = out.filter(f"kind = '{CHANGELOG}'").select("key", "value", "partition", "timestamp")
+        written, deleted = write_changelog(spark, app, table, rows, table_partitions)
+        return BackfillReport(table_name, read, written, ends, late, windows, deleted)
+    finally:
+        out.unpersist()
 
 
-def _partition_count(app: App, topic: str, default: int) -> int:
+def write_changelog(spark: Any, app: App, table: Any, rows: Any, partitions: int) -> tuple[int, int]:
+    """Append ``rows`` (key, value, partition, timestamp) to ``table``'s changelog, with a
+    tombstone for each key the changelog already holds that ``rows`` lack; (records written,
+    of which tombstones)."""
+    from pyspark.sql import functions as F
+
+    name = table.changelog_topic.name
+    existing = _partition_count(app, name)
+    if existing:
+        held = _read(spark, app, name).select("key", "partition").distinct()
+        stale = held.join(rows.select("key", "partition"), ["key", "partition"], "left_anti")
+        now = datetime.now(tz=UTC)
+        rows = rows.unionByName(
+            stale.select("key", F.lit(None).cast("binary").alias("value"), "partition",
+                         F.lit(now).cast("timestamp").alias("timestamp"))
+        )
+    rows = rows.cache()
+    try:
+        written = rows.count()
+        deleted = rows.filter("value IS NULL").count() if existing else 0
+        if written:
+            _ensure_topic(app, name, partitions, table.changelog_topic.config)
+            _write(rows, app, name)
+        return written, deleted
+    finally:
+        rows.unpersist()
+
+
+def write_topic(spark: Any, app: App, topic: str, rows: Any) -> int:
+    """Append ``rows`` to ``topic`` (created as the app declares it, or with the app's default
+    partition count); how many."""
+    rows = rows.cache()
+    try:
+        written = int(rows.count())
+        declared = app.topics.get(topic)
+        partitions = (declared.partitions if declared is not None else None) or app.topic_partitions
+        _ensure_topic(app, topic, partitions, declared.config if declared is not None else {})
+        if written:
+            _write(rows, app, topic)
+        return written
+    finally:
+        rows.unpersist()
+
+
+def _write_late(app: App, table: WindowedTable, out: Any, *, send: bool) -> int:
+    """How many records were late; with ``send``, they go to ``<app>-late`` as the worker
+    sends them."""
+    late = out.filter(f"kind = '{LATE}'").select("key", "value", "headers")
+    count = int(late.count())
+    if count and send:
+        topic = table.late_topic
+        _ensure_topic(app, topic.name, topic.partitions or app.topic_partitions, topic.config)
+        _write(late, app, topic.name)
+    return count
+
+
+def _read(spark: Any, app: App, topic: str) -> Any:
+    register(spark)
+    reader = spark.read.format(FORMAT).option("topic", topic).option("includeHeaders", "false")
+    for name, value in log_options(app).items():
+        reader = reader.option(name, value)
+    return reader.load()
+
+
+def _write(rows: Any, app: App, topic: str) -> None:
+    writer = rows.write.format(FORMAT).option("topic", topic).mode("append")
+    for name, value in log_options(app).items():
+        writer = writer.option(name, value)
+    writer.save()
+
+
+# -- hand-written jobs ----------------------------------------------------------------------------
+
+
+def load_job(job_ref: str) -> Callable[[Any, Any], Any]:
+    """The function ``module:function``, or a clear error."""
+    module_name, sep, attr = job_ref.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"--job wants module:function, not {job_ref!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"cannot import the job's module {module_name!r}: {exc}") from None
+    fn = getattr(module, attr, None)
+    if fn is None:
+        raise ConfigError(f"module {module_name!r} has no function {attr!r}")
+    if not callable(fn):
+        raise ConfigError(f"{job_ref!r} is not a function")
+    return fn  # type: ignore[no-any-return]
+
+
+def check_job_result(job_ref: str, result: Any) -> Any:
+    """``result`` if it is a DataFrame of ``key`` and ``value`` (binary or string), else a
+    clear error."""
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import BinaryType, StringType
+
+    if not isinstance(result, DataFrame):
+        raise ConfigError(f"job {job_ref} returned {type(result).__name__}, not a DataFrame of key and value")
+    types = {f.name: f.dataType for f in result.schema.fields}
+    if set(types) != {"key", "value"} or not all(isinstance(t, (BinaryType, StringType)) for t in types.values()):
+        found = ", ".join(f"{n} {t.simpleString()}" for n, t in types.items())
+        raise ConfigError(
+            f"job {job_ref} returned columns ({found}): it must return exactly key and value, binary or string"
+        )
+    return result
+
+
+def run_job(
+    spark: Any, app_ref: str, job_ref: str, *, table: str | None = None, source_topic: str | None = None,
+    to_topic: str | None = None, from_ms: int | None = None, to_ms: int | None = None,
+) -> BackfillReport:
+    """Run the job ``job_ref`` (``fn(spark, source_df) -> DataFrame(key, value)``) over the
+    source's history: into ``to_topic`` when given, else into ``table`` (a declarative, not
+    windowed, table whose pipeline the job replaces: its changelog, then the app's group moves
+    as for ``backfill``). The source is ``table``'s pipeline's, else ``source_topic``."""
+    from pyspark.sql import functions as F
+
+    if table is None and to_topic is None:
+        raise ConfigError("a job writes a table (--table) or a topic (--to-topic)")
+    app = load_app(app_ref, None)
+    fn = load_job(job_ref)
+    pipeline = find_pipeline(app, table) if table is not None else None
+    if pipeline is not None and to_topic is None and isinstance(pipeline[-1], WindowedAggregate):
+        raise ConfigError(
+            f"table {table!r} is windowed: its changelog holds the window driver's store, which a job's "
+            "(key, value) rows are not; run it without --job, or write the job's rows to a topic (--to-topic)"
+        )
+    if pipeline is not None:
+        first = pipeline[0]
+        assert isinstance(first, Source)
+        if source_topic not in (None, first.topic.name):
+            raise ConfigError(f"a job for table {table!r} reads its pipeline's source {first.topic.name!r}, "
+                              f"not {source_topic!r}")
+        source_topic = first.topic.name
+    if source_topic is None:
+        raise ConfigError("name the job's source topic (--source)")
+    if table is not None and pipeline is not None and to_topic is None:
+        _check_group_free(app, [(table, pipeline)])
+    starts, ends = _ranges(app, source_topic, from_ms, to_ms)
+    frame = source_frame(spark, app, source_topic, starts, ends)
+    read = sum(ends[p] - starts[p] for p in ends)  # offsets: the job's own reading is not counted twice
+    result = check_job_result(job_ref, fn(spark, frame))
+    rows = result.select(F.col("key").cast("binary").alias("key"), F.col("value").cast("binary").alias("value"))
+    if to_topic is not None:
+        written = write_topic(spark, app, to_topic, rows)
+        return BackfillReport(table or source_topic, read, written, ends, to_topic=to_topic, job=job_ref)
+    assert table is not None and pipeline is not None
+    target = app.tables[table]
+    partitions = _partition_count(app, target.changelog_topic.name) or target.declared_partitions or len(ends)
+    plan = _Plan(app_ref, import_root(app_ref), table, len(ends), job=job_ref)
+    # Keys go where the worker's pipeline puts them: hashed over the source's partition count.
+    placed = rows.rdd.mapPartitions(functools.partial(_job_rows, plan, len(ends)))
+    now = datetime.now(tz=UTC)
+    changelog = spark.createDataFrame(placed, "key binary, value binary, partition int").withColumn(
+        "timestamp", F.lit(now).cast("timestamp")
+    )
+    written, deleted = write_changelog(spark, app, target, changelog, partitions)
+    _commit(app, [(table, pipeline)], {source_topic: ends})
+    return BackfillReport(table, read, written, ends, deleted=deleted, job=job_ref)
+
+
+# -- the log --------------------------------------------------------------------------------------
+
+
+def _partition_count(app: App, topic: str) -> int | None:
     import asyncio
 
     from streamkit.transport.base import open_log_client
@@ -336,10 +765,10 @@ def _partition_count(app: App, topic: str, default: int) -> int:
         finally:
             await client.aclose()
 
-    return asyncio.run(count()) or default
+    return asyncio.run(count())
 
 
-def _ensure_changelog(app: App, table: Any, partitions: int) -> None:
+def _ensure_topic(app: App, name: str, partitions: int, config: Any) -> None:
     import asyncio
 
     from streamkit.transport.base import open_log_client
@@ -348,7 +777,7 @@ def _ensure_changelog(app: App, table: Any, partitions: int) -> None:
         client = open_log_client(app.broker)
         await client.start()
         try:
-            await client.ensure_topic(table.changelog_topic.name, partitions, table.changelog_topic.config)
+            await client.ensure_topic(name, partitions, config)
         finally:
             await client.aclose()
 
