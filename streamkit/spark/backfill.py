@@ -1,8 +1,9 @@
 """Backfill: a declarative table of an app recomputed from the log's history on Spark.
 
 The same pipeline the worker runs (``app.stream(...)...count(name)``, see ``streamkit.dsl``)
-is planned as Spark operations over the source topic, read through the ``streamkit`` data
-source:
+is planned as Spark operations over the source topic, whose offset ranges the executors read
+through the ``streamkit`` data source's log readers (segment files, CRC-checked, or a broker;
+straight into Python, without a detour through Spark's rows):
 
 1. the source records are decoded with the topic's serializers, and the operators before the
    grouping run on each (``dsl.runner``, the worker's own function);
@@ -11,8 +12,9 @@ source:
    repartition topic's round trip through its serializers, as in the worker), else the source
    partition;
 3. plain tables: per table partition and key, the outputs are folded in event order
-   (timestamp, then source partition and offset) with the aggregation's function (count,
-   sum, reduce, aggregate, latest value). Windowed tables: per table partition, the worker's
+   (timestamp, then source partition and offset) with the aggregation's function (sum,
+   reduce, aggregate, latest value); counts add up in any order, so Spark combines them
+   before the shuffle. Windowed tables: per table partition, the worker's
    own window driver (``windows.aggregate.WindowAggregator``) runs over the outputs in the
    order a worker's task reads them: each source partition in offset order, the source
    partitions merged by the timestamp of their next record (Kafka Streams' choice), so stream
@@ -67,6 +69,7 @@ from streamkit.dsl import (
     stage_names,
 )
 from streamkit.spark.logs import open_source_log
+from streamkit.spark.options import OffsetRange, split_range
 from streamkit.spark.source import FORMAT, register
 from streamkit.windows.aggregate import WindowAggregator
 from streamkit.windows.keys import decode_window_key
@@ -84,6 +87,7 @@ ROW_SCHEMA = (
     "headers array<struct<key: string, value: binary>>"
 )
 CHANGELOG, LATE, OUTPUT = "changelog", "late", "output"
+SPLIT_OFFSETS = 1_000_000  # a source partition is read by tasks of at most this many offsets
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,16 +292,39 @@ def import_root(app_ref: str) -> str | None:
 Placed = tuple[int, int, int, int, Any, Any]
 
 
-def _place(plan: _Plan, rows: Iterator[Any]) -> Iterator[Placed]:
-    """Source rows -> their pipeline's outputs, each with the table partition it goes to."""
+# (source partition, offset, timestamp ms, key bytes, value bytes) of one source record
+SourceRecord = tuple[int, int, int, bytes | None, bytes | None]
+
+
+def _read_source(
+    path: str | None, bootstrap: str | None, topic: str, counter: Any, ranges: Iterator[OffsetRange]
+) -> Iterator[SourceRecord]:
+    """The records of offset ``ranges``, read on the executor through the data source's own
+    log readers (segment files, CRC-checked, or a broker): without the round trip through
+    Spark's rows a DataFrame would make."""
+    log = open_source_log(path, bootstrap, topic)
+    n = 0
+    try:
+        for rng in ranges:
+            p = rng.partition
+            for _log_append_time, records in log.read(p, rng.start, rng.end):
+                n += len(records)
+                for r in records:
+                    yield p, r.offset, r.timestamp, r.key, r.value
+    finally:
+        log.close()
+        counter.add(n)
+
+
+def _place(plan: _Plan, rows: Iterator[SourceRecord]) -> Iterator[Placed]:
+    """Source records -> their pipeline's outputs, each with the table partition it goes to."""
     parts = _parts(plan)
     key_loads, value_loads, run_before, run_after = parts.key_loads, parts.value_loads, parts.before, parts.after
     group = parts.group
     regroup = group.fn if group is not None else None
     values = parts.repartition_values
-    for row in rows:
-        key, value = key_loads(row.key), value_loads(row.value)
-        timestamp = int(row.timestamp.timestamp() * 1000)
+    for source_partition, offset, timestamp, raw_key, raw_value in rows:
+        key, value = key_loads(raw_key), value_loads(raw_value)
         for k, v in run_before(key, value):
             if group is not None:
                 if regroup is not None:
@@ -309,17 +336,9 @@ def _place(plan: _Plan, rows: Iterator[Any]) -> Iterator[Placed]:
                     v = values.loads(values.dumps(v))
                 partition = partition_for_key(raw, plan.repartitions)
             else:
-                partition = row.partition
+                partition = source_partition
             for k2, v2 in run_after(k, v):
-                yield partition, row.partition, row.offset, timestamp, k2, v2
-
-
-def _counted(counter: Any, rows: Iterator[Any]) -> Iterator[Any]:
-    n = 0
-    for row in rows:
-        n += 1
-        yield row
-    counter.add(n)
+                yield partition, source_partition, offset, timestamp, k2, v2
 
 
 def _stamp(ms: int) -> datetime:
@@ -357,6 +376,30 @@ def _job_rows(plan: _Plan, partitions: int, rows: Iterator[Any]) -> Iterator[tup
             raise ConfigError(f"job {plan.job} returned key {key!r}, which the table's serializer does not "
                               f"read: {exc}") from None
         yield key, None if row.value is None else bytes(row.value), partition_for_key(placed, partitions)
+
+
+def _counts(plan: _Plan, rows: Iterator[Any]) -> Iterator[tuple[tuple[int, bytes], tuple[int, int]]]:
+    """A count's outputs as ((table partition, key bytes), (1, timestamp)): counts add up in
+    any order, so Spark combines them before the shuffle."""
+    terminal = _parts(plan).terminal
+    assert isinstance(terminal, Aggregate)
+    key_dumps = terminal.table.key_serde.dumps
+    for partition, _source_partition, _offset, ts, k, _v in _place(plan, rows):
+        yield (partition, key_dumps(k) or b""), (1, ts)
+
+
+def _add_counts(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+    return a[0] + b[0], max(a[1], b[1])
+
+
+def _count_row(plan: _Plan, item: tuple[tuple[int, bytes], tuple[int, int]]) -> tuple[Any, ...]:
+    terminal = _parts(plan).terminal
+    assert isinstance(terminal, Aggregate)
+    (partition, raw_key), (n, ts) = item
+    value = terminal.table.value_serde.dumps(n)
+    return (OUTPUT, None, raw_key, value, _stamp(ts), None) if plan.output else (
+        CHANGELOG, partition, raw_key, value, _stamp(ts), None
+    )
 
 
 def _plain_rows(plan: _Plan, rows: Iterator[Any]) -> Iterator[tuple[tuple[int, bytes], tuple[int, int, int, Any, Any]]]:
@@ -481,6 +524,7 @@ def backfill(
     the group change."""
     if not tables:
         raise ConfigError("name at least one table to backfill")
+    register(spark)
     app = load_app(app_ref, None)
     pipelines = {name: find_pipeline(app, name) for name in tables}
     if to_topic is None:
@@ -522,7 +566,6 @@ def _ranges(app: App, topic: str, from_ms: int | None, to_ms: int | None) -> tup
 
 def source_frame(spark: Any, app: App, topic: str, starts: dict[int, int], ends: dict[int, int]) -> Any:
     """The source records in ``[starts, ends)`` as a DataFrame of the Kafka source's columns."""
-    register(spark)
     reader = spark.read.format(FORMAT).option("topic", topic)
     for name, value in log_options(app).items():
         reader = reader.option(name, value)
@@ -545,21 +588,27 @@ def _backfill_one(
     source_partitions = len(ends)
     # compile_pipeline's repartition topics take the source's partition count.
     plan = _Plan(app_ref, import_root(app_ref), table_name, source_partitions, output=to_topic is not None)
-    frame = source_frame(spark, app, source.topic.name, starts, ends).select(
-        "key", "value", "partition", "offset", "timestamp"
-    )
+    options = log_options(app)
+    ranges = [r for p in sorted(ends) for r in split_range(OffsetRange(p, starts[p], ends[p]), SPLIT_OFFSETS)]
     counter = spark.sparkContext.accumulator(0)
-    rows = frame.rdd.mapPartitions(functools.partial(_counted, counter))
+    read_range = functools.partial(_read_source, options.get("path"), options.get("bootstrap"), source.topic.name, counter)
+    records = spark.sparkContext.parallelize(ranges, max(1, len(ranges))).mapPartitions(read_range)
     if isinstance(terminal, WindowedAggregate):
         # Table partition p is the input partition p of the aggregating task: one Spark
         # partition each, so one driver sees all of it.
-        placed = rows.mapPartitions(functools.partial(_place, plan)).map(lambda r: (r[0], r))
+        placed = records.mapPartitions(functools.partial(_place, plan)).map(lambda r: (r[0], r))
         results = placed.partitionBy(source_partitions, lambda p: p).mapPartitions(
             functools.partial(_window_rows, plan)
         )
+    elif terminal.kind == "count":
+        results = (
+            records.mapPartitions(functools.partial(_counts, plan))
+            .reduceByKey(_add_counts)
+            .map(functools.partial(_count_row, plan))
+        )
     else:
         results = (
-            rows.mapPartitions(functools.partial(_plain_rows, plan))
+            records.mapPartitions(functools.partial(_plain_rows, plan))
             .groupByKey()
             .flatMap(functools.partial(_fold_key, plan))
         )
@@ -642,7 +691,6 @@ def _write_late(app: App, table: WindowedTable, out: Any, *, send: bool) -> int:
 
 
 def _read(spark: Any, app: App, topic: str) -> Any:
-    register(spark)
     reader = spark.read.format(FORMAT).option("topic", topic).option("includeHeaders", "false")
     for name, value in log_options(app).items():
         reader = reader.option(name, value)
@@ -707,6 +755,7 @@ def run_job(
 
     if table is None and to_topic is None:
         raise ConfigError("a job writes a table (--table) or a topic (--to-topic)")
+    register(spark)
     app = load_app(app_ref, None)
     fn = load_job(job_ref)
     pipeline = find_pipeline(app, table) if table is not None else None
