@@ -43,9 +43,9 @@ import heapq
 import importlib
 import os
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlparse
 
@@ -68,6 +68,7 @@ from streamkit.dsl import (
     runner,
     stage_names,
 )
+from streamkit.log.records import NewRecord
 from streamkit.spark.logs import open_source_log
 from streamkit.spark.options import OffsetRange, split_range
 from streamkit.spark.source import FORMAT, register
@@ -81,11 +82,9 @@ _JSON = serde_for("json")
 # The window driver's store layout (windows/aggregate.py): window aggregates under 0x01.
 _WINDOW_DATA = b"\x01"
 
-# What the executors hand back: one row per record to write, ``kind`` saying where it goes.
-ROW_SCHEMA = (
-    "kind string, partition int, key binary, value binary, timestamp timestamp, "
-    "headers array<struct<key: string, value: binary>>"
-)
+# What the executors hand back: one row per record to write, ``kind`` saying where it goes:
+# (kind, partition or None (by the key's hash), key, value, timestamp ms, headers or None).
+Row = tuple[str, int | None, bytes | None, bytes | None, int, list[tuple[str, bytes]] | None]
 CHANGELOG, LATE, OUTPUT = "changelog", "late", "output"
 SPLIT_OFFSETS = 1_000_000  # a source partition is read by tasks of at most this many offsets
 
@@ -341,10 +340,6 @@ def _place(plan: _Plan, rows: Iterator[SourceRecord]) -> Iterator[Placed]:
                 yield partition, source_partition, offset, timestamp, k2, v2
 
 
-def _stamp(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC)
-
-
 def _fold_key(plan: _Plan, item: tuple[tuple[int, bytes], Iterable[tuple[int, int, int, Any, Any]]]) -> Iterator[tuple[Any, ...]]:
     """One key's outputs, in event order, folded into the row its changelog record becomes."""
     terminal = _parts(plan).terminal
@@ -354,9 +349,9 @@ def _fold_key(plan: _Plan, item: tuple[tuple[int, bytes], Iterable[tuple[int, in
     present, value = _fold(terminal.kind, terminal.fn, terminal.initializer, ordered[0][3], (o[4] for o in ordered))
     raw_value = terminal.table.value_serde.dumps(value) if present else None
     if plan.output:
-        yield (OUTPUT, None, raw_key, raw_value, _stamp(ordered[-1][0]), None)
+        yield (OUTPUT, None, raw_key, raw_value, ordered[-1][0], None)
     else:
-        yield (CHANGELOG, partition, raw_key, raw_value, _stamp(ordered[-1][0]), None)
+        yield (CHANGELOG, partition, raw_key, raw_value, ordered[-1][0], None)
 
 
 def _job_rows(plan: _Plan, partitions: int, rows: Iterator[Any]) -> Iterator[tuple[bytes, bytes | None, int]]:
@@ -397,8 +392,8 @@ def _count_row(plan: _Plan, item: tuple[tuple[int, bytes], tuple[int, int]]) -> 
     assert isinstance(terminal, Aggregate)
     (partition, raw_key), (n, ts) = item
     value = terminal.table.value_serde.dumps(n)
-    return (OUTPUT, None, raw_key, value, _stamp(ts), None) if plan.output else (
-        CHANGELOG, partition, raw_key, value, _stamp(ts), None
+    return (OUTPUT, None, raw_key, value, ts, None) if plan.output else (
+        CHANGELOG, partition, raw_key, value, ts, None
     )
 
 
@@ -479,7 +474,7 @@ def _window_rows(plan: _Plan, items: Iterator[tuple[int, Placed]]) -> Iterator[t
                     ("streamkit.timestamp", str(late.ts_ms).encode()),
                     ("streamkit.stream_time", str(late.stream_time_ms).encode()),
                 ]
-                yield (LATE, None, late.key, late_values(value), None, headers)
+                yield (LATE, None, late.key, late_values(value), ts, headers)
             if plan.output:
                 yield from _final_windows(table, driver, store.dropped)
             store.dropped.clear()
@@ -488,7 +483,7 @@ def _window_rows(plan: _Plan, items: Iterator[tuple[int, Placed]]) -> Iterator[t
                 yield _window_output(table, window.key, window.start_ms, window.end_ms, window.value)
         else:
             for key, raw in store.range(b"", b"\x03"):  # meta 0x00, windows 0x01, index 0x02
-                yield (CHANGELOG, partition, key, raw, _stamp(store.stamps.get(key, 0)), None)
+                yield (CHANGELOG, partition, key, raw, store.stamps.get(key, 0), None)
 
 
 def _final_windows(
@@ -505,7 +500,7 @@ def _final_windows(
 def _window_output(table: WindowedTable, key: bytes, start: int, end: int, value: Any) -> tuple[Any, ...]:
     """A window as the windows topic carries it (``KWindowedTable.to_stream``)."""
     body = _JSON.dumps({"window_start": start, "window_end": end, "value": value})
-    return (OUTPUT, None, key, body, _stamp(end), None)
+    return (OUTPUT, None, key, body, end, None)
 
 
 # -- the driver ---------------------------------------------------------------------------------
@@ -612,92 +607,91 @@ def _backfill_one(
             .groupByKey()
             .flatMap(functools.partial(_fold_key, plan))
         )
-    out = spark.createDataFrame(results, ROW_SCHEMA).cache()
-    try:
-        out.count()  # computes (and caches) the results, counting the records read
-        read = int(counter.value)
-        late = 0
-        if isinstance(table, WindowedTable):
-            late = _write_late(app, table, out, send=to_topic is None)
-        windows = None
-        if isinstance(table, WindowedTable) and to_topic is None:
-            windows = out.filter(f"kind = '{CHANGELOG}' AND substring(key, 1, 1) = X'01'").count()
-        if to_topic is not None:
-            written = write_topic(spark, app, to_topic, out.filter(f"kind = '{OUTPUT}'").select("key", "value", "timestamp"))
-            return BackfillReport(table_name, read, written, ends, late, windows, to_topic=to_topic)
-        # The worker's rule: the changelog's count if it exists, else the table's, else the sources'.
-        table_partitions = _partition_count(app, table.changelog_topic.name) or table.declared_partitions or source_partitions
-        rows = out.filter(f"kind = '{CHANGELOG}'").select("key", "value", "partition", "timestamp")
-        written, deleted = write_changelog(spark, app, table, rows, table_partitions)
-        return BackfillReport(table_name, read, written, ends, late, windows, deleted)
-    finally:
-        out.unpersist()
-
-
-def write_changelog(spark: Any, app: App, table: Any, rows: Any, partitions: int) -> tuple[int, int]:
-    """Append ``rows`` (key, value, partition, timestamp) to ``table``'s changelog, with a
-    tombstone for each key the changelog already holds that ``rows`` lack; (records written,
-    of which tombstones)."""
-    from pyspark.sql import functions as F
-
-    name = table.changelog_topic.name
-    existing = _partition_count(app, name)
-    if existing:
-        held = _read(spark, app, name).select("key", "partition").distinct()
-        stale = held.join(rows.select("key", "partition"), ["key", "partition"], "left_anti")
-        now = datetime.now(tz=UTC)
-        rows = rows.unionByName(
-            stale.select("key", F.lit(None).cast("binary").alias("value"), "partition",
-                         F.lit(now).cast("timestamp").alias("timestamp"))
-        )
-    rows = rows.cache()
-    try:
-        written = rows.count()
-        deleted = rows.filter("value IS NULL").count() if existing else 0
-        if written:
-            _ensure_topic(app, name, partitions, table.changelog_topic.config)
-            _write(rows, app, name)
-        return written, deleted
-    finally:
-        rows.unpersist()
-
-
-def write_topic(spark: Any, app: App, topic: str, rows: Any) -> int:
-    """Append ``rows`` to ``topic`` (created as the app declares it, or with the app's default
-    partition count); how many."""
-    rows = rows.cache()
-    try:
-        written = int(rows.count())
-        declared = app.topics.get(topic)
-        partitions = (declared.partitions if declared is not None else None) or app.topic_partitions
-        _ensure_topic(app, topic, partitions, declared.config if declared is not None else {})
-        if written:
-            _write(rows, app, topic)
-        return written
-    finally:
-        rows.unpersist()
-
-
-def _write_late(app: App, table: WindowedTable, out: Any, *, send: bool) -> int:
-    """How many records were late; with ``send``, they go to ``<app>-late`` as the worker
-    sends them."""
-    late = out.filter(f"kind = '{LATE}'").select("key", "value", "headers")
-    count = int(late.count())
-    if count and send:
+    # The results pass through the driver, which appends them once every task succeeded (as
+    # the data source's writer commits): a failed job leaves the log untouched.
+    out: list[Row] = results.collect()
+    read = int(counter.value)
+    late = [r for r in out if r[0] == LATE]
+    if late and to_topic is None:
+        assert isinstance(table, WindowedTable)
         topic = table.late_topic
         _ensure_topic(app, topic.name, topic.partitions or app.topic_partitions, topic.config)
-        _write(late, app, topic.name)
-    return count
+        append(app, topic.name, late)
+    if to_topic is not None:
+        written = write_topic(app, to_topic, [r for r in out if r[0] == OUTPUT])
+        return BackfillReport(table_name, read, written, ends, len(late), None, to_topic=to_topic)
+    rows = [r for r in out if r[0] == CHANGELOG]
+    windows = sum(1 for r in rows if (r[2] or b"")[:1] == _WINDOW_DATA) if isinstance(table, WindowedTable) else None
+    # The worker's rule: the changelog's count if it exists, else the table's, else the sources'.
+    table_partitions = _partition_count(app, table.changelog_topic.name) or table.declared_partitions or source_partitions
+    written, deleted = write_changelog(spark, app, table, rows, table_partitions)
+    return BackfillReport(table_name, read, written, ends, len(late), windows, deleted)
 
 
-def _read(spark: Any, app: App, topic: str) -> Any:
-    reader = spark.read.format(FORMAT).option("topic", topic).option("includeHeaders", "false")
-    for name, value in log_options(app).items():
-        reader = reader.option(name, value)
-    return reader.load()
+def write_changelog(spark: Any, app: App, table: Any, rows: list[Row], partitions: int) -> tuple[int, int]:
+    """Append ``rows`` to ``table``'s changelog, with a tombstone for each key the changelog
+    already holds that ``rows`` lack; (records written, of which tombstones)."""
+    name = table.changelog_topic.name
+    stale: list[Row] = []
+    if _partition_count(app, name):
+        new = {(r[1], r[2]) for r in rows}
+        now = int(time.time() * 1000)
+        stale = [(CHANGELOG, p, key, None, now, None) for p, key in _keys(spark, app, name) if (p, key) not in new]
+    rows = rows + stale
+    if rows:
+        _ensure_topic(app, name, partitions, table.changelog_topic.config)
+        append(app, name, rows)
+    return len(rows), len(stale)
+
+
+def write_topic(app: App, topic: str, rows: list[Row]) -> int:
+    """Append ``rows`` to ``topic`` (created as the app declares it, or with the app's default
+    partition count); how many."""
+    declared = app.topics.get(topic)
+    partitions = (declared.partitions if declared is not None else None) or app.topic_partitions
+    _ensure_topic(app, topic, partitions, declared.config if declared is not None else {})
+    if rows:
+        append(app, topic, rows)
+    return len(rows)
+
+
+def append(app: App, topic: str, rows: list[Row]) -> None:
+    """Append ``rows`` to ``topic``: a row without a partition goes where a producer puts its
+    key (murmur2), as the data source's writer places rows."""
+    options = log_options(app)
+    log = open_source_log(options.get("path"), options.get("bootstrap"), topic)
+    try:
+        count = log.partition_count()
+        by_partition: dict[int, list[NewRecord]] = {}
+        spread = 0
+        for _kind, p, key, value, ts, headers in rows:
+            if p is None:
+                if key is None:
+                    p, spread = spread % count, spread + 1
+                else:
+                    p = partition_for_key(key, count)
+            by_partition.setdefault(p, []).append(NewRecord(key, value, ts, headers or ()))
+        for p, records in sorted(by_partition.items()):
+            log.append(p, records, "none")
+    finally:
+        log.close()
+
+
+def _keys(spark: Any, app: App, topic: str) -> set[tuple[int, bytes | None]]:
+    """(partition, key) of every record of ``topic``, read on the executors."""
+    starts, ends = _ranges(app, topic, None, None)
+    options = log_options(app)
+    ranges = [r for p in sorted(ends) for r in split_range(OffsetRange(p, starts[p], ends[p]), SPLIT_OFFSETS)]
+    if not ranges:
+        return set()
+    counter = spark.sparkContext.accumulator(0)
+    read = functools.partial(_read_source, options.get("path"), options.get("bootstrap"), topic, counter)
+    found = spark.sparkContext.parallelize(ranges, len(ranges)).mapPartitions(read).map(lambda r: (r[0], r[3]))
+    return set(found.distinct().collect())
 
 
 def _write(rows: Any, app: App, topic: str) -> None:
+    """A DataFrame of rows appended through the data source's writer."""
     writer = rows.write.format(FORMAT).option("topic", topic).mode("append")
     for name, value in log_options(app).items():
         writer = writer.option(name, value)
@@ -781,18 +775,27 @@ def run_job(
     result = check_job_result(job_ref, fn(spark, frame))
     rows = result.select(F.col("key").cast("binary").alias("key"), F.col("value").cast("binary").alias("value"))
     if to_topic is not None:
-        written = write_topic(spark, app, to_topic, rows)
+        rows = rows.cache()
+        try:
+            written = int(rows.count())
+            declared = app.topics.get(to_topic)
+            partitions = (declared.partitions if declared is not None else None) or app.topic_partitions
+            _ensure_topic(app, to_topic, partitions, declared.config if declared is not None else {})
+            if written:
+                _write(rows, app, to_topic)
+        finally:
+            rows.unpersist()
         return BackfillReport(table or source_topic, read, written, ends, to_topic=to_topic, job=job_ref)
     assert table is not None and pipeline is not None
     target = app.tables[table]
     partitions = _partition_count(app, target.changelog_topic.name) or target.declared_partitions or len(ends)
     plan = _Plan(app_ref, import_root(app_ref), table, len(ends), job=job_ref)
     # Keys go where the worker's pipeline puts them: hashed over the source's partition count.
-    placed = rows.rdd.mapPartitions(functools.partial(_job_rows, plan, len(ends)))
-    now = datetime.now(tz=UTC)
-    changelog = spark.createDataFrame(placed, "key binary, value binary, partition int").withColumn(
-        "timestamp", F.lit(now).cast("timestamp")
-    )
+    now = int(time.time() * 1000)
+    changelog: list[Row] = [
+        (CHANGELOG, p, key, value, now, None)
+        for key, value, p in rows.rdd.mapPartitions(functools.partial(_job_rows, plan, len(ends))).collect()
+    ]
     written, deleted = write_changelog(spark, app, target, changelog, partitions)
     _commit(app, [(table, pipeline)], {source_topic: ends})
     return BackfillReport(table, read, written, ends, deleted=deleted, job=job_ref)
