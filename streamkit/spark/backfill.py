@@ -68,7 +68,7 @@ from streamkit.dsl import (
     runner,
     stage_names,
 )
-from streamkit.log.records import NewRecord
+from streamkit.log.records import NewRecord, Record
 from streamkit.spark.logs import open_source_log
 from streamkit.spark.options import OffsetRange, split_range
 from streamkit.spark.source import FORMAT, register
@@ -86,7 +86,9 @@ _WINDOW_DATA = b"\x01"
 # (kind, partition or None (by the key's hash), key, value, timestamp ms, headers or None).
 Row = tuple[str, int | None, bytes | None, bytes | None, int, list[tuple[str, bytes]] | None]
 CHANGELOG, LATE, OUTPUT = "changelog", "late", "output"
-SPLIT_OFFSETS = 1_000_000  # a source partition is read by tasks of at most this many offsets
+SPLIT_OFFSETS = 1_000_000
+_SEEN_KEYS = 100_000  # repartition keys remembered per task (their decoded form and partition)
+_IMMUTABLE = (str, int, float, bool, bytes, type(None))  # a source partition is read by tasks of at most this many offsets
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,13 +293,13 @@ def import_root(app_ref: str) -> str | None:
 Placed = tuple[int, int, int, int, Any, Any]
 
 
-# (source partition, offset, timestamp ms, key bytes, value bytes) of one source record
-SourceRecord = tuple[int, int, int, bytes | None, bytes | None]
+# (source partition, its records in offset order): a chunk of source records as the log reads it
+SourceChunk = tuple[int, list[Record]]
 
 
 def _read_source(
     path: str | None, bootstrap: str | None, topic: str, counter: Any, ranges: Iterator[OffsetRange]
-) -> Iterator[SourceRecord]:
+) -> Iterator[SourceChunk]:
     """The records of offset ``ranges``, read on the executor through the data source's own
     log readers (segment files, CRC-checked, or a broker): without the round trip through
     Spark's rows a DataFrame would make."""
@@ -308,36 +310,47 @@ def _read_source(
             p = rng.partition
             for _log_append_time, records in log.read(p, rng.start, rng.end):
                 n += len(records)
-                for r in records:
-                    yield p, r.offset, r.timestamp, r.key, r.value
+                yield p, records
     finally:
         log.close()
         counter.add(n)
 
 
-def _place(plan: _Plan, rows: Iterator[SourceRecord]) -> Iterator[Placed]:
+def _place(plan: _Plan, chunks: Iterator[SourceChunk]) -> Iterator[Placed]:
     """Source records -> their pipeline's outputs, each with the table partition it goes to."""
     parts = _parts(plan)
     key_loads, value_loads, run_before, run_after = parts.key_loads, parts.value_loads, parts.before, parts.after
     group = parts.group
     regroup = group.fn if group is not None else None
     values = parts.repartition_values
-    for source_partition, offset, timestamp, raw_key, raw_value in rows:
-        key, value = key_loads(raw_key), value_loads(raw_value)
-        for k, v in run_before(key, value):
-            if group is not None:
-                if regroup is not None:
-                    k = regroup(v)
-                # Through the repartition topic: its serializers, then the partition of the bytes.
-                raw = _REPARTITION_KEYS.dumps(k) or b""
-                k = _REPARTITION_KEYS.loads(raw)
-                if values is not None:
-                    v = values.loads(values.dumps(v))
-                partition = partition_for_key(raw, plan.repartitions)
-            else:
-                partition = source_partition
-            for k2, v2 in run_after(k, v):
-                yield partition, source_partition, offset, timestamp, k2, v2
+    dumps, loads = _REPARTITION_KEYS.dumps, _REPARTITION_KEYS.loads
+    # Keys repeat, and their trip through the repartition topic (encode, decode, murmur2 in
+    # Python) is not cheap: remembered per immutable key, by type (True == 1, not as JSON).
+    seen: dict[tuple[type, Any], tuple[Any, int]] = {}
+    for source_partition, records in chunks:
+        for record in records:
+            timestamp, offset = record.timestamp, record.offset
+            for k, v in run_before(key_loads(record.key), value_loads(record.value)):
+                if group is not None:
+                    if regroup is not None:
+                        k = regroup(v)
+                    if isinstance(k, _IMMUTABLE):
+                        known = seen.get((type(k), k))
+                        if known is None:
+                            if len(seen) >= _SEEN_KEYS:
+                                seen.clear()
+                            raw = dumps(k) or b""
+                            known = seen[(type(k), k)] = (loads(raw), partition_for_key(raw, plan.repartitions))
+                        k, partition = known
+                    else:
+                        raw = dumps(k) or b""
+                        k, partition = loads(raw), partition_for_key(raw, plan.repartitions)
+                    if values is not None:
+                        v = values.loads(values.dumps(v))
+                else:
+                    partition = source_partition
+                for k2, v2 in run_after(k, v):
+                    yield partition, source_partition, offset, timestamp, k2, v2
 
 
 def _fold_key(plan: _Plan, item: tuple[tuple[int, bytes], Iterable[tuple[int, int, int, Any, Any]]]) -> Iterator[tuple[Any, ...]]:
@@ -373,14 +386,32 @@ def _job_rows(plan: _Plan, partitions: int, rows: Iterator[Any]) -> Iterator[tup
         yield key, None if row.value is None else bytes(row.value), partition_for_key(placed, partitions)
 
 
-def _counts(plan: _Plan, rows: Iterator[Any]) -> Iterator[tuple[tuple[int, bytes], tuple[int, int]]]:
-    """A count's outputs as ((table partition, key bytes), (1, timestamp)): counts add up in
-    any order, so Spark combines them before the shuffle."""
+def _counts(plan: _Plan, chunks: Iterator[SourceChunk]) -> Iterator[tuple[tuple[int, bytes], tuple[int, int]]]:
+    """A count's outputs as ((table partition, key bytes), (count, latest timestamp)), added up
+    in the task first: counts add up in any order."""
     terminal = _parts(plan).terminal
     assert isinstance(terminal, Aggregate)
     key_dumps = terminal.table.key_serde.dumps
-    for partition, _source_partition, _offset, ts, k, _v in _place(plan, rows):
-        yield (partition, key_dumps(k) or b""), (1, ts)
+    counts: dict[tuple[int, bytes], list[int]] = {}
+    raws: dict[tuple[type, Any], bytes] = {}
+    for partition, _source_partition, _offset, ts, k, _v in _place(plan, chunks):
+        if isinstance(k, _IMMUTABLE):
+            raw = raws.get((type(k), k))
+            if raw is None:
+                if len(raws) >= _SEEN_KEYS:
+                    raws.clear()
+                raw = raws[(type(k), k)] = key_dumps(k) or b""
+        else:
+            raw = key_dumps(k) or b""
+        held = counts.get((partition, raw))
+        if held is None:
+            counts[(partition, raw)] = [1, ts]
+        else:
+            held[0] += 1
+            if ts > held[1]:
+                held[1] = ts
+    for where, (n, ts) in counts.items():
+        yield where, (n, ts)
 
 
 def _add_counts(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
@@ -686,7 +717,9 @@ def _keys(spark: Any, app: App, topic: str) -> set[tuple[int, bytes | None]]:
         return set()
     counter = spark.sparkContext.accumulator(0)
     read = functools.partial(_read_source, options.get("path"), options.get("bootstrap"), topic, counter)
-    found = spark.sparkContext.parallelize(ranges, len(ranges)).mapPartitions(read).map(lambda r: (r[0], r[3]))
+    found = spark.sparkContext.parallelize(ranges, len(ranges)).mapPartitions(read).flatMap(
+        lambda chunk: [(chunk[0], r.key) for r in chunk[1]]
+    )
     return set(found.distinct().collect())
 
 
