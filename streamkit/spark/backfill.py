@@ -709,7 +709,8 @@ def append(app: App, topic: str, rows: list[Row]) -> None:
 
 
 def _keys(spark: Any, app: App, topic: str) -> set[tuple[int, bytes | None]]:
-    """(partition, key) of every record of ``topic``, read on the executors."""
+    """(partition, key) of every key ``topic`` holds: whose last record is not a tombstone
+    (read on the executors)."""
     starts, ends = _ranges(app, topic, None, None)
     options = log_options(app)
     ranges = [r for p in sorted(ends) for r in split_range(OffsetRange(p, starts[p], ends[p]), SPLIT_OFFSETS)]
@@ -717,10 +718,12 @@ def _keys(spark: Any, app: App, topic: str) -> set[tuple[int, bytes | None]]:
         return set()
     counter = spark.sparkContext.accumulator(0)
     read = functools.partial(_read_source, options.get("path"), options.get("bootstrap"), topic, counter)
-    found = spark.sparkContext.parallelize(ranges, len(ranges)).mapPartitions(read).flatMap(
-        lambda chunk: [(chunk[0], r.key) for r in chunk[1]]
+    last = (
+        spark.sparkContext.parallelize(ranges, len(ranges)).mapPartitions(read)
+        .flatMap(lambda chunk: [((chunk[0], r.key), (r.offset, r.value is not None)) for r in chunk[1]])
+        .reduceByKey(max)
     )
-    return set(found.distinct().collect())
+    return {where for where, (_offset, held) in last.collect() if held}
 
 
 def _write(rows: Any, app: App, topic: str) -> None:
