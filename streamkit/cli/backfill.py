@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import sys
 from datetime import datetime
 from typing import Any
 
@@ -75,6 +77,7 @@ def backfill(
 
     log_path = os.path.join(tempfile.gettempdir(), f"streamkit-backfill-{app.id}-{os.getpid()}.log")
     spark = spark_session(master, f"streamkit-backfill-{app.id}", log_path)
+    _warnings_to(log_path)  # PySpark's warnings (and a job's) go beside Spark's own log
     try:
         if job is not None:
             reports = [run_job(spark, app_ref, job, table=tables[0] if tables else None, source_topic=source,
@@ -83,9 +86,47 @@ def backfill(
             reports = run(spark, app_ref, *tables, from_ms=from_ms, to_ms=to_ms, to_topic=to_topic)
         for report in reports:
             click.echo(_describe(report))
+    except Exception as exc:
+        if type(exc).__name__ not in _SPARK_FAILURES:
+            raise
+        message, code = _spark_failure(exc)
+        click.echo(f"streamkit: error: {message} (Spark's log: {log_path})", err=True)
+        sys.exit(code)
     finally:
         spark.stop()
     os.unlink(log_path)  # kept when the backfill failed, for its details
+
+
+def _warnings_to(log_path: str) -> None:
+    import warnings
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: Any = None, line: str | None = None) -> None:
+        with open(log_path, "a") as log:
+            log.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+    warnings.showwarning = show
+
+
+# What PySpark raises when a task failed (the Python error comes inside, as text).
+_SPARK_FAILURES = ("PythonException", "Py4JJavaError", "SparkRuntimeException", "SparkException")
+_ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$")
+
+
+def _spark_failure(exc: BaseException) -> tuple[str, int]:
+    """One line for a failed Spark job: the last Python error it carries, and the exit code
+    (2 when it is streamkit's refusal of bad input, else 1)."""
+    found = None
+    for line in str(exc).splitlines():
+        match = _ERROR_LINE.match(line.strip())
+        if match:
+            found = match
+    if found is None:
+        return f"the Spark job failed: {type(exc).__name__}", 1
+    name, text = found.groups()
+    return f"{text}" if name == "ConfigError" else f"the Spark job failed: {name}: {text}", (
+        2 if name == "ConfigError" else 1
+    )
 
 
 def _describe(report: Any) -> str:

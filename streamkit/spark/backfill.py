@@ -828,9 +828,10 @@ def run_job(
     plan = _Plan(app_ref, import_root(app_ref), table, len(ends), job=job_ref)
     # Keys go where the worker's pipeline puts them: hashed over the source's partition count.
     now = int(time.time() * 1000)
+    # The rows pass through the driver anyway; placing them there keeps a bad key's error here.
     changelog: list[Row] = [
         (CHANGELOG, p, key, value, now, None)
-        for key, value, p in rows.rdd.mapPartitions(functools.partial(_job_rows, plan, len(ends))).collect()
+        for key, value, p in _job_rows(plan, len(ends), iter(rows.collect()))
     ]
     written, deleted = write_changelog(spark, app, target, changelog, partitions)
     _commit(app, [(table, pipeline)], {source_topic: ends})

@@ -29,3 +29,22 @@ def wrong_columns(spark: Any, source: Any) -> Any:
 
 
 not_a_function = 3
+
+
+def bad_keys(spark: Any, source: Any) -> Any:
+    """Keys the table's JSON key serializer cannot read."""
+    from pyspark.sql import functions as F
+
+    return source.select(F.lit("not json {").alias("key"), F.lit("1").alias("value")).limit(1)
+
+
+def failing(spark: Any, source: Any) -> Any:
+    """A job whose own code fails on the executors."""
+    from pyspark.sql import functions as F
+
+    amount = F.udf(lambda value: _price(value), "string")
+    return source.select(F.col("key"), amount("value").alias("value"))
+
+
+def _price(value: bytes) -> str:
+    raise ValueError(f"cannot price order {bytes(value[:5])!r}")

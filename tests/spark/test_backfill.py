@@ -186,6 +186,14 @@ def test_the_job_command_and_its_bad_input(tmp_path: Path) -> None:
         "it must return exactly key and value, binary or string\n"
     )
     assert not (tmp_path / "log" / "amounts-0").exists()  # nothing written, not even the topic
+    bad_keys = run("--job", "jobs:bad_keys", "--table", "orders_per_user")
+    assert bad_keys.returncode == 2 and bad_keys.stderr.count("\n") == 1, bad_keys.stderr
+    assert "returned key b'not json {', which the table's serializer does not read" in bad_keys.stderr
+    failing = run("--job", "jobs:failing", "--to-topic", "amounts", "--source", "orders")
+    assert failing.returncode == 1 and failing.stderr.count("\n") == 1, failing.stderr
+    assert failing.stderr.startswith("streamkit: error: the Spark job failed: ValueError: cannot price order b'")
+    assert "Spark's log: " in failing.stderr
+    assert not (tmp_path / "log" / "amounts-0").exists()
     done = run("--job", "jobs:amounts", "--to-topic", "amounts", "--source", "orders")
     assert done.returncode == 0, done.stderr
     assert "orders: 40 offsets read, 40 records written to topic amounts" in done.stdout
