@@ -229,12 +229,12 @@ class _Parts:
     key_loads: Callable[[bytes | None], Any]
     value_loads: Callable[[bytes | None], Any]
     key_dumps: Callable[[Any], bytes | None]
-    before: Callable[[Any, Any], list[tuple[Any, Any]]]
+    before: Callable[[Any, Any], list[tuple[Any, Any]]] | None  # None: no operator before the grouping
     group: GroupBy | None
     # The repartition topic's value serializer when an operator before the group_by may have
     # changed the values' type (json; else the source's, which gives back what it decoded).
     repartition_values: Serde | None
-    after: Callable[[Any, Any], list[tuple[Any, Any]]]
+    after: Callable[[Any, Any], list[tuple[Any, Any]]] | None  # None: no operator after it
     terminal: Aggregate | WindowedAggregate
 
 
@@ -260,8 +260,9 @@ def _parts(plan: _Plan) -> _Parts:
             repartition_values = _JSON
         found = _PARTS[plan] = _Parts(
             source.topic.key_serde.loads, source.topic.value_serde.loads, source.topic.key_serde.dumps,
-            runner(tuple(before)),
-            group if isinstance(group, GroupBy) else None, repartition_values, runner(tuple(after)), terminal,
+            runner(tuple(before)) if before else None,
+            group if isinstance(group, GroupBy) else None, repartition_values, runner(tuple(after)) if after else None,
+            terminal,
         )
     return found
 
@@ -327,10 +328,14 @@ def _place(plan: _Plan, chunks: Iterator[SourceChunk]) -> Iterator[Placed]:
     # Keys repeat, and their trip through the repartition topic (encode, decode, murmur2 in
     # Python) is not cheap: remembered per immutable key, by type (True == 1, not as JSON).
     seen: dict[tuple[type, Any], tuple[Any, int]] = {}
+    # A key the grouping replaces before any function saw it needs no decoding.
+    unused_key = run_before is None and regroup is not None
     for source_partition, records in chunks:
         for record in records:
             timestamp, offset = record.timestamp, record.offset
-            for k, v in run_before(key_loads(record.key), value_loads(record.value)):
+            key = None if unused_key else key_loads(record.key)
+            value = value_loads(record.value)
+            for k, v in ((key, value),) if run_before is None else run_before(key, value):
                 if group is not None:
                     if regroup is not None:
                         k = regroup(v)
@@ -349,8 +354,11 @@ def _place(plan: _Plan, chunks: Iterator[SourceChunk]) -> Iterator[Placed]:
                         v = values.loads(values.dumps(v))
                 else:
                     partition = source_partition
-                for k2, v2 in run_after(k, v):
-                    yield partition, source_partition, offset, timestamp, k2, v2
+                if run_after is None:
+                    yield partition, source_partition, offset, timestamp, k, v
+                else:
+                    for k2, v2 in run_after(k, v):
+                        yield partition, source_partition, offset, timestamp, k2, v2
 
 
 def _fold_key(plan: _Plan, item: tuple[tuple[int, bytes], Iterable[tuple[int, int, int, Any, Any]]]) -> Iterator[tuple[Any, ...]]:
