@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import functools
 import inspect
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from streamkit._core.errors import ConfigError
-from streamkit.agents import Agent, AgentFn, Sink
+from streamkit.agents import Agent, AgentFn, Sink, faust_agent_name
+from streamkit.channels import Channel
 from streamkit.conf import Settings
 from streamkit.dsl import KStream, KTable, Pipeline, Source, compile_pipeline, table_stream
+from streamkit.replies import Replies
 from streamkit.signals import Signal
 from streamkit.tables.table import SetTable, Table
 from streamkit.topics import Sender, Topic, to_ms
@@ -63,6 +66,8 @@ class App:
         self.timers: list[Timer] = []
         self.tasks: list[Callable[[], Awaitable[Any]]] = []
         self.sender: Sender | None = None
+        self.replies: Replies | None = None  # agent RPC's reply consumer, set by a running worker
+        self._reply_to: str | None = None
         # Faust's signals, sent by the worker (see ``streamkit.signals``).
         self.on_partitions_assigned = Signal("on_partitions_assigned")
         self.on_partitions_revoked = Signal("on_partitions_revoked")
@@ -99,6 +104,16 @@ class App:
     def max_agent_failures(self) -> int:
         """An agent failing this many times in a row without processing a record stops the worker."""
         return int(self.conf.max_agent_failures)
+
+    @property
+    def reply_to(self) -> str:
+        """The topic replies to this app's ``agent.ask`` come to: ``conf.reply_to``, else
+        ``conf.reply_to_prefix`` and a UUID drawn once per app (as Faust)."""
+        if self.conf.reply_to:
+            return str(self.conf.reply_to)
+        if self._reply_to is None:
+            self._reply_to = f"{self.conf.reply_to_prefix}{uuid.uuid4()}"
+        return self._reply_to
 
     def __repr__(self) -> str:
         return f"<App {self.id!r} broker={self.broker!r}>"
@@ -159,29 +174,59 @@ class App:
             self.agents[stage.name] = Agent(self, stage.fn, stage.topics, name=stage.name, sinks=stage.sinks)
         self.topologies.append(pipeline)
 
+    def channel(self, *, key_type: Any = None, value_type: Any = None, maxsize: int | None = None) -> Channel:
+        """An in-memory channel (``streamkit.channels``): agents and iterations in this process
+        read what is sent to it; nothing is stored."""
+        return Channel(self, key_type=key_type, value_type=value_type, maxsize=maxsize)
+
     def agent(
         self,
-        topic: Topic | Sequence[Topic] | str | None = None,
+        channel: Topic | Channel | Sequence[Topic] | str | None = None,
         *,
         name: str | None = None,
         sink: Sequence[Sink] | None = None,
         concurrency: int = 1,
+        isolated_partitions: bool = False,
+        use_reply_headers: bool = True,
+        key_type: Any = None,
+        value_type: Any = None,
+        **topic_options: Any,
     ) -> Callable[[AgentFn], Agent]:
-        """Decorate an async function over a stream of ``topic`` (or several, merged)."""
+        """Decorate an async function over a stream of ``channel``: a topic (or its name, or
+        several topics, merged), an in-memory channel (``app.channel()``), or nothing: then
+        the agent's own topic ``{app id}-{name}``, named as Faust names it (see ``agents``),
+        declared with ``key_type``, ``value_type`` and any other topic option given.
+
+        ``isolated_partitions=True`` is accepted (each partition has its own instance here
+        anyway); ``use_reply_headers=False`` (Faust's request envelope) is not offered."""
+        if not use_reply_headers:
+            raise ConfigError("use_reply_headers=False is not offered: RPC requests carry Faust's reply headers")
+        declares = key_type is not None or value_type is not None or topic_options
+        if declares and not (channel is None or isinstance(channel, str)):
+            raise ConfigError("key_type/value_type and topic options apply to the agent's own topic: "
+                              "declare them on the topic or channel given instead")
 
         def register(fn: AgentFn) -> Agent:
             agent_name = name or fn.__name__
             if agent_name in self.agents:
                 raise ConfigError(f"an agent named {agent_name!r} is already declared")
-            if topic is None:
-                topics = [self.topic(f"{self.id}-{agent_name}")]
-            elif isinstance(topic, (Topic, str)):
-                topics = [self.topic(topic) if isinstance(topic, str) else topic]
+            options = {"key_type": key_type, "value_type": value_type, **topic_options} if declares else {}
+            reads: Channel | None = None
+            if isinstance(channel, Channel):
+                reads, topics = channel, []
+            elif channel is None:
+                own = f"{self.id}-{name or faust_agent_name(fn)}"
+                topics = [self.topic(own, internal=True, **options)]
+            elif isinstance(channel, (Topic, str)):
+                topics = [self.topic(channel, **options) if isinstance(channel, str) else channel]
             else:
-                topics = [self.topic(t) if isinstance(t, str) else t for t in topic]
-            if not topics:
-                raise ConfigError(f"agent {agent_name!r} needs at least one topic")
-            agent = Agent(self, fn, topics, name=agent_name, sinks=sink or (), concurrency=concurrency)
+                topics = [self.topic(t) if isinstance(t, str) else t for t in channel]
+                if not topics:
+                    raise ConfigError(f"agent {agent_name!r} needs at least one topic")
+            agent = Agent(
+                self, fn, topics, name=agent_name, sinks=sink or (), concurrency=concurrency,
+                channel=reads, isolated_partitions=isolated_partitions,
+            )
             self.agents[agent_name] = agent
             return agent
 

@@ -257,11 +257,14 @@ def _table() -> dict[str, Setting]:
     accepted("crash_app_on_aerospike_exception", True, _bool, "no aerospike store")
     accepted("aerospike_retries_on_exception", 60, _count, "no aerospike store")
     accepted("aerospike_sleep_seconds_between_retries_on_exception", 1, _count, "no aerospike store")
-    accepted("reply_create_topic", False, _bool, "agent RPC (ask) is not offered yet")
-    accepted("reply_expires", 86400.0, _seconds, "agent RPC (ask) is not offered yet")
-    accepted("reply_to", None, _optional(_str), "agent RPC (ask) is not offered yet")
-    accepted("reply_to_prefix", "f-reply-", _str, "agent RPC (ask) is not offered yet")
-    accepted("stream_buffer_maxsize", 4096, _positive, "the worker bounds its inboxes by itself (not wired yet)")
+    honoured("reply_create_topic", False, _bool,
+             "the worker creates the app's reply topic (reply_to) and reads it when it starts, not on the first ask")
+    honoured("reply_expires", 86400.0, _seconds, "retention of the reply topics agent RPC creates")
+    honoured("reply_to", None, _optional(_str),
+             "the topic replies to this app's agent.ask come to (default: reply_to_prefix and a UUID per app)")
+    honoured("reply_to_prefix", "f-reply-", _str, "the start of the reply topic's name when reply_to is not set")
+    honoured("stream_buffer_maxsize", 4096, _positive,
+             "events an in-memory channel's subscriber holds (app.channel's maxsize); topic inboxes are bounded by the worker")
     accepted("stream_processing_timeout", 300.0, _seconds, "no per-event processing timeout")
     accepted("stream_publish_on_commit", False, _bool, "sends are produced as they happen")
     accepted("stream_recovery_delay", 0.0, _seconds, "no recovery delay")

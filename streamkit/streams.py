@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from streamkit._core.clock import Clock
 from streamkit._core.context import current_event
 from streamkit._core.errors import ConfigError
+from streamkit._core.types import TopicPartition
 
 if TYPE_CHECKING:
     from streamkit.topics import Topic
@@ -50,6 +51,14 @@ class Event:
     def message(self) -> Event:
         """Faust's ``event.message``: where the record came from (``topic``, ``partition``,
         ``offset``, ``timestamp``, ``headers``), which this event carries itself."""
+        return self
+
+
+class PartitionSet(frozenset[TopicPartition]):
+    """The input partitions a stream reads. Faust code reads ``stream.active_partitions`` as a
+    set, or calls it: both work (calling gives the set itself)."""
+
+    def __call__(self) -> PartitionSet:
         return self
 
 
@@ -125,8 +134,16 @@ class Stream:
     def __class_getitem__(cls, item: Any) -> GenericAlias:
         return GenericAlias(cls, item)
 
-    def __init__(self, source: Source, getter: Getter | None = None, nowait: NowaitGetter | None = None) -> None:
+    def __init__(
+        self,
+        source: Source,
+        getter: Getter | None = None,
+        nowait: NowaitGetter | None = None,
+        *,
+        partitions: PartitionSet | None = None,
+    ) -> None:
         self._source = source
+        self._partitions = partitions
         self._get: Getter = getter or source.get
         # A synchronous way to the next event when one is ready: the source's own, or one an
         # operator with a plain (not async) function built on it; None forces the awaited path.
@@ -149,6 +166,13 @@ class Stream:
             raise StopAsyncIteration from None
         assert event is not None  # no timeout: only StreamEnd stops the wait
         return event.value
+
+    @property
+    def active_partitions(self) -> PartitionSet | None:
+        """The input partitions this instance reads (Faust's ``stream.active_partitions``):
+        an agent over topics has one instance per partition number, so the set holds
+        partition p of each of its topics; None for a stream over a channel."""
+        return self._partitions
 
     @property
     def current_event(self) -> Event | None:
@@ -204,7 +228,7 @@ class Stream:
     # -- operators -------------------------------------------------------------------------
 
     def _chain(self, getter: Getter, nowait: NowaitGetter | None = None) -> Stream:
-        return Stream(self._source, getter, nowait)
+        return Stream(self._source, getter, nowait, partitions=self._partitions)
 
     def map(self, fn: Callable[[Any], Any]) -> Stream:
         """Replace each value by ``fn(value)`` (``fn`` may be async)."""
@@ -290,11 +314,11 @@ class Stream:
         place, in order.
         """
         key_fn, key_name = _key_function(key, name)
-        return Stream(self._source.through(self, None, key_fn, key_name))
+        return Stream(self._source.through(self, None, key_fn, key_name), partitions=self._partitions)
 
     def through(self, topic: Topic) -> Stream:
         """Send the stream to ``topic`` and continue from what was written there."""
-        return Stream(self._source.through(self, topic, None, topic.name))
+        return Stream(self._source.through(self, topic, None, topic.name), partitions=self._partitions)
 
 
 class _Projected(Generic[T]):

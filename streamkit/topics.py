@@ -2,7 +2,8 @@
 
 A ``Topic`` is a declaration the app holds; it does no I/O until the app runs. Sending
 through it (``await topic.send(...)``) goes to the running worker's producer, the ``Sender``
-the runtime installs on the app. A send checks the key and value against the declared
+the runtime installs on the app, or, in a plain script that runs no worker, to a producer
+opened on first use (``streamkit.runtime.standalone``). A send checks the key and value against the declared
 ``key_type``/``value_type`` first (``None`` always passes: no key, or a tombstone), so a
 value of the wrong type is refused with the topic's name instead of being written in a shape
 its readers cannot decode.
@@ -29,7 +30,7 @@ class NotRunningError(StreamkitError):
 
 
 class Sent(Protocol):
-    """Where a record landed."""
+    """Where a record landed (Faust's ``RecordMetadata``)."""
 
     @property
     def topic(self) -> str: ...
@@ -227,7 +228,21 @@ class Topic:
 
     async def maybe_declare(self) -> None:
         """Create the topic now unless it exists (a worker creates declared topics anyway)."""
-        await self._sender().declare(self)
+        await (await self._sender_or_script()).declare(self)
+
+    async def _sender_or_script(self) -> Sender:
+        """The running worker's sender, else (a plain script) the app's own producer, opened on
+        first use on the running event loop (``streamkit.runtime.standalone``)."""
+        sender = self.app.sender
+        if sender is not None:
+            return sender
+        import importlib
+
+        # Reached by name at run time, as ``App.main`` reaches the CLI: a declaration does not
+        # import the runtime, a script that sends needs it.
+        standalone = importlib.import_module("streamkit.runtime.standalone")
+        script: Sender = await standalone.attach(self.app)
+        return script
 
     async def send(
         self,
@@ -238,13 +253,18 @@ class Topic:
         timestamp: int | datetime | None = None,
         partition: int | None = None,
     ) -> Awaitable[Sent]:
-        """Produce one record; returns an awaitable that resolves once the log acknowledged it.
+        """Produce one record; returns, as Faust's, a future of the record's metadata
+        (``topic``, ``partition``, ``offset``, ``timestamp``): ``await`` it to wait until the log
+        acknowledged the record, or read ``done()``/``result()``.
 
         Inside an agent, a record without ``timestamp`` takes the timestamp of the event being
-        processed (event time flows downstream, as in Kafka Streams).
+        processed (event time flows downstream, as in Kafka Streams). From a plain script that
+        runs no worker, the first send opens a producer on the app's broker, and each send
+        returns once the record is stored, so the script may end without flushing.
         """
         self.check(key, value)
-        return await self._sender().send(
+        sender = await self._sender_or_script()
+        return await sender.send(
             self,
             key=key,
             value=value,

@@ -11,8 +11,8 @@ at run time (``StreamT[Order]``), as Faust's.
     >>> len(sk.uuid())
     36
 
-``ChannelT`` is ``Topic``: a topic is the only channel here (in-memory channels are not
-offered yet). ``TableT`` is the dict-like protocol a table offers; tables are not offered
+``ChannelT`` is ``Topic``; an in-memory channel (``app.channel()``) is a
+``streamkit.channels.Channel``. ``TableT`` is the dict-like protocol a table offers; tables are not offered
 yet, so it serves annotations only.
 """
 

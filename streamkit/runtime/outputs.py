@@ -1,4 +1,4 @@
-"""Where an agent's yielded values go: its sinks (topics, other agents, callables).
+"""Where an agent's yielded values go: its sinks (topics, channels, other agents, callables).
 
 The fast path (``forwarder`` when every sink is a topic and the worker runs): per value, the
 current event's key and timestamp, the sink's declared value type checked, and the sender's
@@ -17,6 +17,7 @@ from typing import Any
 
 from streamkit.agents import Agent
 from streamkit.app import App
+from streamkit.channels import Channel
 from streamkit.runtime.inbox import current_event
 from streamkit.runtime.sender import RuntimeSender
 from streamkit.streams import Event
@@ -75,7 +76,7 @@ async def forward_to_sinks(agent: Agent, value: Any, event: Event | None) -> Non
     key = event.key if event is not None else None
     timestamp = event.timestamp if event is not None else None
     for sink in agent.sinks:
-        if isinstance(sink, (Topic, Agent)):
+        if isinstance(sink, (Topic, Agent, Channel)):
             await sink.send(key=key, value=value, timestamp=timestamp)
         else:
             result = sink(value)

@@ -30,8 +30,10 @@ from typing import TYPE_CHECKING, Any
 from streamkit._core.errors import StreamkitError
 from streamkit._core.types import TopicPartition
 from streamkit.agents import Agent
-from streamkit.runtime.inbox import Inbox, RootSource
-from streamkit.streams import KeyFn, Source, Stream, StreamEnd
+from streamkit.channels import ChannelSource
+from streamkit.replies import reply_address
+from streamkit.runtime.inbox import Inbox, RootSource, current_event
+from streamkit.streams import KeyFn, PartitionSet, Source, Stream, StreamEnd
 from streamkit.topics import Topic
 from streamkit.transport.base import ConsumerRecord
 
@@ -224,10 +226,11 @@ class PartitionTask:
         agent = self.agent
         input_tps = [TopicPartition(t.name, self.partition) for t in agent.topics]
         source = self._source(instance, input_tps)
+        partitions = PartitionSet(tp for tp in input_tps if tp in self.inboxes)
         while not self._stopping:
             self._hop_cursor[instance] = 0
             try:
-                await self._run_agent(Stream(source))
+                await run_agent(self.worker, agent, Stream(source, partitions=partitions))
                 return
             except Exception as exc:
                 # The agent's body reads the last hop it opened (or the root): the record in
@@ -286,14 +289,96 @@ class PartitionTask:
             pass
         return not self._stopping
 
-    async def _run_agent(self, stream: Stream) -> None:
+
+async def run_agent(worker: Worker, agent: Agent, stream: Stream) -> None:
+    """One instance of ``agent`` over ``stream``: its yielded values answer RPC requests and
+    go to its sinks."""
+    result: Any = agent(stream)
+    if not agent.is_generator:
+        await result
+        return
+    forward = worker.forwarder(agent)
+    get_event = current_event.get
+    async for value in result:
+        event = get_event()
+        if event is not None and event.headers:
+            address = reply_address(event.headers)
+            if address is not None:
+                await worker.reply(event.key, value, *address)
+        wait = forward(value)
+        if wait is not None:
+            await wait
+
+
+class ChannelTask:
+    """An agent over an in-memory channel (see the module docstring)."""
+
+    def __init__(self, worker: Worker, agent: Agent) -> None:
+        assert agent.in_channel is not None
+        self.worker = worker
+        self.agent = agent
+        self.subscription = agent.in_channel.subscribe()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._stopping = False
+        self._stopped = asyncio.Event()
+        self.dropped = 0  # events whose processing raised
+
+    def __repr__(self) -> str:
+        return f"<ChannelTask {self.agent.name}>"
+
+    def start(self) -> None:
+        for i in range(self.agent.concurrency):
+            task: asyncio.Task[None] = asyncio.ensure_future(self._supervise())
+            task.set_name(f"{self.agent.name}[channel]#{i}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def stop(self) -> None:
+        """End the streams (the instances finish what is queued, briefly), then cancel them."""
+        self._stopping = True
+        self._stopped.set()
+        self.subscription.close()
+        tasks = list(self._tasks)
+        if tasks:
+            _done, pending = await asyncio.wait(tasks, timeout=STOP_GRACE_S)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _supervise(self) -> None:
         agent = self.agent
-        result: Any = agent(stream)
-        if not agent.is_generator:
-            await result
-            return
-        forward = self.worker.forwarder(agent)
-        async for value in result:
-            wait = forward(value)
-            if wait is not None:
-                await wait
+        failures = 0
+        while not self._stopping:
+            source = ChannelSource(self.subscription, self.worker.clock)
+            try:
+                await run_agent(self.worker, agent, Stream(source))
+                return
+            except Exception as exc:
+                if agent.app.on_error == "stop":
+                    logger.error("agent %s failed, stopping the worker: %r", agent.name, exc)
+                    self.worker.fail(exc)
+                    return
+                if source.taken:  # it was processing an event when it raised
+                    self.dropped += 1
+                    logger.error(
+                        "agent %s failed on a channel event, which is dropped (a channel keeps nothing): %r",
+                        agent.name, exc, exc_info=exc,
+                    )
+                    failures = 0
+                    continue
+                failures += 1  # before its first event: it would fail the same way at once
+                if failures >= agent.app.max_agent_failures:
+                    error = AgentFailedError(
+                        f"agent {agent.name} failed {failures} times in a row without processing an event "
+                        f"(max_agent_failures={agent.app.max_agent_failures}); last error: {type(exc).__name__}: {exc}"
+                    )
+                    error.__cause__ = exc
+                    self.worker.fail(error)
+                    return
+                delay = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (failures - 1))
+                logger.error("agent %s failed outside an event, starting it again in %.1f s: %r", agent.name, delay, exc)
+                try:
+                    await asyncio.wait_for(self._stopped.wait(), delay)
+                except TimeoutError:
+                    pass

@@ -71,8 +71,12 @@ class Topology:
         await self.state.open_global_tables()
         copartitioned: dict[str, Agent] = {}
         for agent in self.app.agents.values():
-            source_count = self._counts[agent.topics[0].name]
             hops = self.hops[agent.name]
+            if agent.in_channel is not None:  # in memory: no topics, no partitions
+                if hops:
+                    raise ConfigError(f"agent {agent.name} reads a channel: it cannot group_by or go through a topic")
+                continue
+            source_count = self._counts[agent.topics[0].name]
             for hop in hops:
                 target = self.hop_topic(agent, hop.topic, hop.name)
                 wanted[target.name] = target.partitions or source_count

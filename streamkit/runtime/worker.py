@@ -13,7 +13,12 @@ letters and introspection; the parts live beside it:
 * ``commits.py``: the commit protocol (snapshot positions, flush the producer, commit; the
   failure rule);
 * ``tasks.py``: one agent over one partition number, and its supervisor;
-* ``outputs.py``: where yielded values go (the sinks).
+* ``outputs.py``: where yielded values go (the sinks);
+* ``replies.py``: the reply consumer of agent RPC (``agent.ask``), on ``app.replies``.
+
+Agents over in-memory channels run as ``ChannelTask``s, started before the consumer (a
+topic agent may send to a channel from its first record) and stopped after the partition
+tasks (which may still send to them).
 """
 
 from __future__ import annotations
@@ -30,13 +35,15 @@ from streamkit._core.clock import SYSTEM_CLOCK, Clock
 from streamkit._core.types import TopicPartition
 from streamkit.agents import Agent
 from streamkit.app import App
+from streamkit.replies import encode_response, reply_topic
 from streamkit.runtime.assignment import Assignment
 from streamkit.runtime.commits import Committer
 from streamkit.runtime.inbox import Inbox
 from streamkit.runtime.outputs import Forward, forwarder
+from streamkit.runtime.replies import ReplyConsumer
 from streamkit.runtime.sender import RuntimeSender
 from streamkit.runtime.state import StateManager
-from streamkit.runtime.tasks import PartitionTask
+from streamkit.runtime.tasks import ChannelTask, PartitionTask
 from streamkit.runtime.timers import TimerRunner
 from streamkit.runtime.topology import Topology
 from streamkit.topics import Topic
@@ -129,6 +136,8 @@ class Worker:
         self._failure: BaseException | None = None
         self._started = False
         self._closed = False
+        self.channel_tasks: list[ChannelTask] = []
+        self._reply_topics: dict[str, Topic] = {}
         self.timers = TimerRunner(app.timers, clock, app=app, is_leader=self.is_leader)
 
     async def __aenter__(self) -> Worker:
@@ -154,6 +163,14 @@ class Worker:
         self.topology.sender = self._sender
         self.app.sender = self._sender
         await self.topology.create_topics()
+        self.app.replies = ReplyConsumer(self.app, self.client)
+        if self.app.conf.reply_create_topic:
+            await self.app.replies.listen(self.app.reply_to)
+        for agent in self.app.agents.values():
+            if agent.in_channel is not None:
+                channel_task = ChannelTask(self, agent)
+                self.channel_tasks.append(channel_task)
+                channel_task.start()
         inputs = self.input_topics()
         if inputs:
             consumer = self.client.consumer(self.app.id, auto_offset_reset=self.app.auto_offset_reset)
@@ -309,6 +326,19 @@ class Worker:
         """What sends each value ``agent`` yields to its sinks (``outputs.py``)."""
         return forwarder(self.app, agent, self.topology.topic_sinks.get(agent.name), self._sender)
 
+    async def reply(self, key: Any, value: Any, reply_to: str, correlation_id: str) -> None:
+        """Answer an RPC request: ``value`` to ``reply_to`` (``replies.py``); the commit of the
+        request waits for it, as for every send made while processing a record."""
+        sender = self._sender
+        assert sender is not None  # set by start, before any task runs
+        topic = self._reply_topics.get(reply_to)
+        if topic is None:
+            topic = self._reply_topics[reply_to] = reply_topic(self.app, reply_to)
+        await sender.send(
+            topic, key=None, value=encode_response(key, value, correlation_id),
+            headers=None, timestamp_ms=None, partition=None,
+        )
+
     async def dead_letter(
         self, agent: Agent, tp: TopicPartition, record: ConsumerRecord, error: BaseException
     ) -> None:
@@ -355,7 +385,11 @@ class Worker:
         try:
             if self.tasks:
                 await self.on_partitions_revoked({tp for t in self.tasks.values() for tp in t.inboxes})
+            await asyncio.gather(*(t.stop() for t in self.channel_tasks))
         finally:
+            if self.app.replies is not None:
+                await self.app.replies.aclose()
+                self.app.replies = None
             if self._consumer is not None:
                 await self._consumer.aclose()
             await self.state_manager.aclose()

@@ -59,6 +59,11 @@ class RecordMetadata:
     offset: int
     timestamp: int
 
+    @property
+    def topic_partition(self) -> TopicPartition:
+        """Where the record is (Faust's ``RecordMetadata.topic_partition``)."""
+        return TopicPartition(self.topic, self.partition)
+
 
 class BatchAck:
     """Awaitable ``RecordMetadata`` of one record, resolved with its batch's base offset.
@@ -78,6 +83,18 @@ class BatchAck:
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
         base = yield from self._future.__await__()
         return RecordMetadata(self._topic, self._partition, base + self._index, self._timestamp)
+
+    # Read as Faust's send future is (``fut.done()``, ``fut.result()``), without a future per record.
+    def done(self) -> bool:
+        return self._future.done()
+
+    def result(self) -> RecordMetadata:
+        """The metadata once acknowledged; raises the send's error, or
+        ``asyncio.InvalidStateError`` while it is not acknowledged yet."""
+        return RecordMetadata(self._topic, self._partition, self._future.result() + self._index, self._timestamp)
+
+    def exception(self) -> BaseException | None:
+        return self._future.exception()
 
 
 class RebalanceListener(Protocol):

@@ -245,5 +245,7 @@ async def test_a_worker_starts_and_stops_again_and_stop_is_idempotent(tmp_path: 
         assert driver.worker.state == "stopped"
         assert app.sender is None
     assert seen == [0, 1, 2]
+    # send_soon buffers from plain code: only a running worker flushes it (``await send``
+    # from a script opens its own producer instead, tests/faust/test_faust_send.py).
     with pytest.raises(sk.StreamkitError, match="is not running in a worker"):
-        await src.send(value=1)
+        src.send_soon(value=1)

@@ -52,7 +52,7 @@ def test_a_faust_app_constructor_loads() -> None:
     )
     assert conf.table_cleanup_interval == 10.0 and conf.web_port == 6067
     assert conf.ineffective() == [
-        "autodiscover", "origin", "reply_create_topic", "stream_buffer_maxsize", "table_cleanup_interval", "web_port",
+        "autodiscover", "origin", "table_cleanup_interval", "web_port",
     ]
     # honoured: version makes Faust's versioned id, used for the group and internal topics
     assert (conf.name, conf.id, app.id, app.dlq_topic.name) == ("shop", "shop-v2", "shop-v2", "shop-v2-dlq")

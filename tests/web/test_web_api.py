@@ -61,7 +61,7 @@ async def test_worker_command_serves_the_api_and_stops_gracefully(tmp_path: Path
            "PYTHONPATH": str(ROOT / "tests" / "engine")}
     proc = subprocess.Popen(
         [str(Path(sys.executable).parent / "streamkit"), "worker", "-A", "sample_app:app", "--web-port", "0",
-         "--progress-interval", "0.2"],
+         "--progress-interval", "0.2", "--state-dir", str(tmp_path / "state")],
         env=env, stderr=subprocess.PIPE, text=True, cwd=ROOT,
     )
     try:
