@@ -93,6 +93,15 @@ class App:
         return self.conf.commit_interval_ms
 
     @property
+    def processing_guarantee(self) -> str:
+        """``at_least_once`` (the default) or ``exactly_once`` (``runtime/commits.py``)."""
+        return str(self.conf.processing_guarantee)
+
+    @property
+    def exactly_once(self) -> bool:
+        return bool(self.conf.processing_guarantee == "exactly_once")
+
+    @property
     def auto_offset_reset(self) -> str:
         return str(self.conf.consumer_auto_offset_reset)
 

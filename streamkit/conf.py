@@ -35,6 +35,7 @@ _APP_ID = re.compile(r"^[a-zA-Z0-9._-]{1,200}$")
 ERROR_POLICIES = ("dlq", "stop")
 SERIALIZERS = ("raw", "str", "json", "msgpack")
 STORES = ("memory", "rocksdb")
+PROCESSING_GUARANTEES = ("at_least_once", "exactly_once")
 
 # -- value checks: each takes the setting's name and a value, returns the value to keep -----
 
@@ -116,10 +117,7 @@ def _one_of(*choices: str) -> Callable[[str, Any], Any]:
 
 
 def _guarantee(name: str, value: Any) -> Any:
-    text = _one_of("at_least_once", "exactly_once")(name, value)
-    if text != "at_least_once":
-        raise ConfigError(f"setting {name}={text!r} is not offered yet: the worker gives at_least_once")
-    return text
+    return _one_of(*PROCESSING_GUARANTEES)(name, value)
 
 
 def _codec(name: str, value: Any) -> Any:
@@ -207,7 +205,8 @@ def _table() -> dict[str, Setting]:
              "streamkit's own: an agent failing this many times in a row without processing a "
              "record stops the worker (it backs off from 0.1 s, doubling to 30 s, in between)")
     honoured("processing_guarantee", "at_least_once", _guarantee,
-             "at_least_once, what the worker gives; exactly_once is refused until the worker offers it")
+             "at_least_once, or exactly_once: per commit interval a task's outputs, changelog records "
+             "and source offsets are committed in one transaction, consumers read committed only")
     # accepted, no effect here
     honoured("store", "memory://", _store,
              "the store of tables declared without store= (memory:// or rocksdb://); when the app "

@@ -22,6 +22,15 @@ takes key and value and returns a new (key, value) pair, as Kafka Streams' ``map
 later aggregation then repartitions by the new key. Functions must be plain (not ``async``):
 the same function runs in the worker and in a Spark job.
 
+Windowed stream-stream joins: ``stream.join(other_stream, joiner, within=600, grace=0,
+how="inner"|"left"|"outer")`` pairs records of the same key whose timestamps differ by at most
+``within`` (Kafka Streams' ``JoinWindows``; the rules are in ``streamkit.windows.join``). The
+worker runs it as one agent reading partition p of both sides, so both sides' records of a key
+meet in one task with one stream time; a side whose key a ``map`` changed, or whose topic is
+partitioned differently, first goes through a repartition topic. The join state is a table
+(``<pipeline>-<name>``: RocksDB or memory, a changelog, recovery), late records go to
+``<app>-late``.
+
 Duality: ``stream.to_table(name)`` keeps the latest value per key (a ``None`` value deletes
 it); an aggregation (``count``, ``sum``, ``reduce``, ``aggregate``) is a table; and
 ``table.to_stream()`` is the stream of a table's changes: its changelog, where every commit
@@ -33,14 +42,18 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from streamkit._core.errors import ConfigError
+from streamkit._core.serde import Serde, serde_for
 from streamkit.streams import Event, Stream
 from streamkit.tables.errors import TableError
-from streamkit.tables.partition import MISSING, SortedPartition
+from streamkit.tables.partition import MISSING, SortedPartition, WindowStoreView
 from streamkit.tables.table import Table
-from streamkit.topics import Topic
+from streamkit.topics import Topic, to_ms
+from streamkit.windows.join import JOIN_KINDS as STREAM_JOIN_KINDS
+from streamkit.windows.join import Codec, WindowJoin
 from streamkit.windows.spec import WindowSpec
 from streamkit.windows.wtable import WindowedTable
 
@@ -93,6 +106,20 @@ class Join:
 
 
 @dataclass(frozen=True, slots=True)
+class StreamJoin:
+    """Windowed stream-stream join with ``other`` (the right side's nodes, from its source):
+    ``joiner(left, right)`` for records of one key at most ``within_ms`` apart (see
+    ``streamkit.windows.join``). ``name`` names its state table and internal topics."""
+
+    other: tuple[Any, ...]  # a Pipeline without a terminal
+    joiner: Callable[[Any, Any], Any]
+    within_ms: int
+    grace_ms: int
+    how: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
 class Aggregate:
     """Into ``table``: "count", "sum" (``fn`` of the value), "reduce" (``fn(aggregate, value)``),
     "aggregate" (``fn(key, value, aggregate)`` from ``initializer()``) or "latest" (to_table)."""
@@ -126,7 +153,7 @@ class Sink:
     topic: Topic
 
 
-Node = Source | Map | GroupBy | Join | Aggregate | WindowedAggregate | TableJoin | Sink
+Node = Source | Map | GroupBy | Join | StreamJoin | Aggregate | WindowedAggregate | TableJoin | Sink
 Pipeline = tuple[Node, ...]
 
 
@@ -172,13 +199,34 @@ class KStream:
         return self._then(Map("filter", _plain(fn, "filter")))
 
     def join(
-        self, table: KTable | Table, joiner: Callable[[Any, Any], Any], *, how: str = "inner",
-        key: Callable[[Any], Any] | None = None,
+        self, table: KStream | KTable | Table, joiner: Callable[[Any, Any], Any], *, how: str = "inner",
+        key: Callable[[Any], Any] | None = None, within: float | timedelta | None = None,
+        grace: float | timedelta = 0, name: str = "join",
     ) -> KStream:
         """Each record joined with ``table``'s current value for its key (the table must be
         co-partitioned with the stream: same key, same partition count). ``how="inner"`` drops
         a record whose key the table lacks; ``"left"`` passes ``None`` for it. With a global
-        table, ``key=fn`` looks up ``fn(value)`` instead (Kafka Streams' GlobalKTable join)."""
+        table, ``key=fn`` looks up ``fn(value)`` instead (Kafka Streams' GlobalKTable join).
+
+        With another stream, a windowed stream-stream join: ``joiner(left, right)`` for each
+        pair of records of the same key at most ``within`` seconds apart (``grace`` seconds
+        more for out-of-order records); ``how="left"`` also emits each left record that met
+        nothing as ``joiner(left, None)``, ``"outer"`` each such record of either side, once
+        its window closed by stream time (see ``streamkit.windows.join``).
+
+        >>> import streamkit as sk
+        >>> app = sk.App("docs-join")
+        >>> orders = app.topic("orders", key_type=str, value_type=dict, partitions=2)
+        >>> payments = app.topic("payments", key_type=str, value_type=dict, partitions=2)
+        >>> app.stream(orders).join(app.stream(payments), lambda o, p: {**o, "paid": p is not None},
+        ...                         within=600, how="left").to("orders-paid")
+        >>> app.tables["orders-paid-join"].changelog_topic.name
+        'docs-join-orders-paid-join-changelog'
+        """
+        if isinstance(table, KStream):
+            return self._stream_join(table, joiner, how, within, grace, name, key)
+        if within is not None:
+            raise ConfigError("join(within=...) is for joining two streams; a table join has no window")
         if how not in JOIN_KINDS:
             raise ConfigError(f"a stream-table join is one of {JOIN_KINDS}, not {how!r}")
         target = _table_of(table)
@@ -187,6 +235,27 @@ class KStream:
                 f"join(key=...) needs a global table: {target.name!r} is partitioned like its stream"
             )
         return self._then(Join(target, _plain(joiner, "join"), how, _plain(key, "join key") if key else None))
+
+    def _stream_join(
+        self, other: KStream, joiner: Callable[[Any, Any], Any], how: str,
+        within: float | timedelta | None, grace: float | timedelta, name: str, key: Any,
+    ) -> KStream:
+        if how not in STREAM_JOIN_KINDS:
+            raise ConfigError(f"a stream-stream join is one of {STREAM_JOIN_KINDS}, not {how!r}")
+        if within is None:
+            raise ConfigError("a stream-stream join needs within=: how far apart (seconds) two records may be")
+        if key is not None:
+            raise ConfigError("join(key=...) is for global tables; a stream-stream join pairs records by their key")
+        if other.app is not self.app:
+            raise ConfigError("a stream-stream join joins two streams of the same app")
+        if any(isinstance(n, StreamJoin) for n in (*self.nodes, *other.nodes)):
+            raise ConfigError("a pipeline holds one stream-stream join: write the first join to a topic and join that")
+        within_ms = to_ms(within, "join within")
+        grace_ms = to_ms(grace, "join grace")
+        assert within_ms is not None and grace_ms is not None
+        if not name or "/" in name:
+            raise ConfigError(f"join name must be a plain name, not {name!r}")
+        return self._then(StreamJoin(other.nodes, _plain(joiner, "join"), within_ms, grace_ms, how, name))
 
     def group_by(self, fn: Callable[[Any], Any], *, name: str = "by") -> KGroupedStream:
         return KGroupedStream(self.app, (*self.nodes, GroupBy(_plain(fn, "group_by"), name)))
@@ -352,6 +421,19 @@ def copartitioning_errors(pipelines: list[Pipeline], count_of: Callable[[Topic],
                         f"{node.table.name!r} ({table_count} partitions): they must be co-partitioned "
                         f"(declare both with the same partitions=, or re-key the stream with group_by first)"
                     )
+            if isinstance(node, StreamJoin):
+                other = node.other[0]
+                assert isinstance(other, Source)
+                counts = count_of(source.topic), count_of(other.topic)
+                if (
+                    None not in counts and counts[0] != counts[1]
+                    and not _rekeys(pipeline[1:pipeline.index(node)]) and not _rekeys(node.other[1:])
+                ):
+                    errors.append(
+                        f"streams {source.topic.name!r} ({counts[0]} partitions) and {other.topic.name!r} "
+                        f"({counts[1]} partitions) are joined: they must be co-partitioned (declare both topics "
+                        f"with partitions=, then a side partitioned differently is repartitioned)"
+                    )
             if isinstance(node, TableJoin) and node.left.partition_count != node.right.partition_count:
                 errors.append(
                     f"tables {node.left.name!r} ({node.left.partition_count} partitions) and "
@@ -473,6 +555,9 @@ def compile_pipeline(app: App, pipeline: Pipeline, name: str) -> list[CompiledAg
                 update(event)
 
         return [CompiledAgent(name, [terminal.left.changelog_topic, terminal.right.changelog_topic], join_tables, [])]
+    at = next((i for i, n in enumerate(middle) if isinstance(n, StreamJoin)), None)
+    if at is not None:
+        return _compile_stream_join(app, pipeline, name, at)
     split = next((i for i, n in enumerate(middle) if isinstance(n, GroupBy)), None)
     if split is None:
         return [_stage(name, source.topic, middle, terminal)]
@@ -496,6 +581,249 @@ def compile_pipeline(app: App, pipeline: Pipeline, name: str) -> list[CompiledAg
     first = _stage(first_name, source.topic, (*before, *([regroup] if regroup else [])), Sink(repartition))
     second = _stage(name, repartition, after, terminal)
     return [first, second]
+
+
+def _rekeys(nodes: Any) -> bool:
+    """Whether ``nodes`` may change records' keys (so their partition no longer fits them)."""
+    return any(isinstance(n, Map) and n.kind in ("map", "flat_map") for n in nodes)
+
+
+def _retypes(nodes: Any) -> bool:
+    """Whether ``nodes`` may change values' type (so the source's serializer may not fit)."""
+    return any(isinstance(n, (Join, StreamJoin)) or (isinstance(n, Map) and n.kind != "filter") for n in nodes)
+
+
+class JoinState(Table):
+    """The state of one windowed stream-stream join: per partition, both sides' records in the
+    join driver's store layout (``streamkit.windows.join``), changelogged and restored as
+    windowed tables are. Declared by ``compile_pipeline``; not queryable."""
+
+    is_windowed = True  # partitions are SortedPartitions holding a driver's sorted store
+
+    def __init__(
+        self, app: Any, name: str, *, join: StreamJoin, key_serde: Serde, left_serde: Serde, right_serde: Serde,
+        partitions: int | None = None, store: str | None = None,
+    ) -> None:
+        super().__init__(
+            app, name, key_serializer="raw", value_serializer="raw", partitions=partitions, store=store,
+            help=f"state of the windowed {join.how} join {join.name!r}",
+        )
+        self.join = join
+        self.join_key_serde = key_serde
+        self.left = Codec(_dumps_of(left_serde), left_serde.loads)
+        self.right = Codec(_dumps_of(right_serde), right_serde.loads)
+        self.late_topic = app.topic(f"{app.id}-late", key_serializer="raw", value_serializer="json", internal=True)
+        self.late_records = 0  # records sent to the late topic by this worker
+
+    def driver(self, state: SortedPartition) -> WindowJoin:
+        """The join driver over one partition's state."""
+        join = self.join
+        return WindowJoin(join.within_ms, join.grace_ms, join.how, WindowStoreView(state), left=self.left, right=self.right)
+
+    def windows(self, key: Any, from_ms: int | None = None, to_ms: int | None = None) -> list[dict[str, Any]]:
+        raise TableError(f"table {self.name!r} is a join's state: it is not queryable")
+
+    def items(self) -> Any:
+        raise TableError(f"table {self.name!r} is a join's state: it is not queryable")
+
+    def __getitem__(self, key: Any) -> Any:
+        raise TableError(f"table {self.name!r} is a join's state: it is not queryable")
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        raise TableError(f"table {self.name!r} is written by its join only")
+
+    def __delitem__(self, key: Any) -> None:
+        raise TableError(f"table {self.name!r} is written by its join only")
+
+
+def _dumps_of(serde: Serde) -> Callable[[Any], bytes]:
+    dumps = serde.dumps
+
+    def to_bytes(value: Any) -> bytes:
+        return dumps(value) or b""
+
+    return to_bytes
+
+
+def _compile_stream_join(app: App, pipeline: Pipeline, name: str, at: int) -> list[CompiledAgent]:
+    """The agents of a pipeline with a windowed stream-stream join (``middle[at]``).
+
+    The join runs as one agent reading both sides' topics: the worker gives partition p of
+    every input of an agent to one task, so the records of a key from both sides meet in one
+    task, with one stream time and one partition of the join state (two agents sharing a
+    state partition would each need the other's stream time, and their interleaving would be
+    the runtime's, not the records'). Both inputs must be keyed alike and partitioned alike: a
+    side whose key a ``map``/``flat_map`` changed, or whose topic has fewer partitions than
+    the other's, is first written to ``<app>-<name>-<join>-<side>-repartition`` by a stage of
+    its own (keyed with the other side's key serializer when only one side moves, so equal
+    keys hash to equal partitions; JSON when both do). After the join, a ``group_by`` or a
+    windowed aggregation goes through a topic again (``<app>-<name>-<join>-joined``, or the
+    group's repartition topic), so it sees the joined records' timestamps.
+    """
+    source, middle, terminal = pipeline[0], pipeline[1:-1], pipeline[-1]
+    assert isinstance(source, Source)
+    join = middle[at]
+    assert isinstance(join, StreamJoin)
+    other = join.other[0]
+    if not isinstance(other, Source):
+        raise ConfigError("the joined stream starts at a source")
+    sides = {"left": (source, middle[:at]), "right": (other, tuple(join.other[1:]))}
+    after = middle[at + 1 :]
+    if any(isinstance(n, StreamJoin) for n in after):
+        raise ConfigError("a pipeline holds one stream-stream join: write the first join to a topic and join that")
+    counts = {side: src.topic.partitions for side, (src, _ops) in sides.items()}
+    moves = {side: _rekeys(ops) for side, (_src, ops) in sides.items()}
+    if not any(moves.values()) and None not in counts.values() and counts["left"] != counts["right"]:
+        moves["left" if (counts["left"] or 0) < (counts["right"] or 0) else "right"] = True
+    stay = [side for side in ("left", "right") if not moves[side]]
+    if len(stay) == 1:
+        kept_topic = sides[stay[0]][0].topic
+        if kept_topic.partitions is None and source.topic.name != other.topic.name:
+            raise ConfigError(
+                f"join {join.name!r} repartitions one side to match topic {kept_topic.name!r}: declare that "
+                f"topic with partitions= so the repartition topic can have as many"
+            )
+        count, key_serde = kept_topic.partitions, kept_topic.key_serde
+    else:
+        declared = [c for c in counts.values() if c is not None]
+        count, key_serde = (max(declared) if declared else None), sides["left"][0].topic.key_serde
+        if len(stay) == 0:
+            key_serde = serde_for(REPARTITION_KEY_SERDE, None)
+    stages: list[CompiledAgent] = []
+    inputs: dict[str, tuple[Topic, Callable[[Any, Any], Pairs], Serde]] = {}
+    for side, (src, ops) in sides.items():
+        value_serde = serde_for("json", None) if _retypes(ops) else src.topic.value_serde
+        if not moves[side]:
+            run = runner(tuple(ops))
+            if _retypes(ops):
+                # Stored values come back through JSON: so does the record in hand, so the
+                # joiner sees one type whichever side came first.
+                run = _through(run, value_serde)
+            inputs[side] = (src.topic, run, value_serde)
+            continue
+        hop = app.topic(
+            f"{app.id}-{name}-{join.name}-{side}-repartition",
+            key_serializer=key_serde, value_serializer=value_serde, partitions=count, internal=True,
+        )
+        stages.append(_stage(f"{name}-{join.name}-{side}", src.topic, tuple(ops), Sink(hop)))
+        inputs[side] = (hop, runner(()), value_serde)
+    state = app._declare_table(
+        f"{name}-{join.name}", JoinState,
+        {"join": join, "key_serde": key_serde, "left_serde": inputs["left"][2], "right_serde": inputs["right"][2]},
+    )
+    assert isinstance(state, JoinState)
+    split = next((i for i, n in enumerate(after) if isinstance(n, GroupBy)), None)
+    if split is None and isinstance(terminal, (Sink, Aggregate)):
+        stages.append(_join_stage(name, state, inputs, runner(tuple(after)), terminal))
+        return stages
+    if split is not None:
+        group = after[split]
+        assert isinstance(group, GroupBy)
+        if any(isinstance(n, GroupBy) for n in after[split + 1 :]):
+            raise ConfigError("a pipeline groups once: aggregate, then start from the table's stream")
+        before, rest = after[:split], after[split + 1 :]
+        regroup = [Map("map", lambda k, v, fn=group.fn: (fn(v), v))] if group.fn is not None else []
+        hop = app.topic(
+            f"{app.id}-{name}-{group.name}-repartition", key_serializer=REPARTITION_KEY_SERDE,
+            value_serializer="json", partitions=count, internal=True,
+        )
+        run_before = runner((*before, *regroup))
+    else:
+        rest = after
+        hop = app.topic(
+            f"{app.id}-{name}-{join.name}-joined", key_serializer=REPARTITION_KEY_SERDE,
+            value_serializer="json", partitions=count, internal=True,
+        )
+        run_before = runner(())
+    stages.append(_join_stage(f"{name}-{join.name}", state, inputs, run_before, Sink(hop)))
+    stages.append(_stage(name, hop, tuple(rest), terminal))
+    return stages
+
+
+def _through(run: Callable[[Any, Any], Pairs], serde: Serde) -> Callable[[Any, Any], Pairs]:
+    dumps, loads = serde.dumps, serde.loads
+
+    def run_through(key: Any, value: Any) -> Pairs:
+        return [(k, v if v is None else loads(dumps(v))) for k, v in run(key, value)]
+
+    return run_through
+
+
+def _join_stage(
+    name: str, state_table: JoinState, inputs: dict[str, tuple[Topic, Callable[[Any, Any], Pairs], Serde]],
+    run_after: Callable[[Any, Any], Pairs], terminal: Node,
+) -> CompiledAgent:
+    """The agent joining both sides: each record through its side's operators, into the join
+    driver of its partition; each result through the joiner and the operators after the join,
+    to the sink topic (with the result's timestamp) or the table."""
+    join = state_table.join
+    joiner = join.joiner
+    left_topic, run_left, _ = inputs["left"]
+    right_topic, run_right, _ = inputs["right"]
+    left_name, right_name = left_topic.name, right_topic.name
+    key_dumps, key_loads = state_table.join_key_serde.dumps, state_table.join_key_serde.loads
+    late_topic = state_table.late_topic
+    if isinstance(terminal, Sink):
+        sink = terminal.topic
+
+        def emit(key: Any, value: Any, ts: int) -> None:
+            for k, v in run_after(key, value):
+                sink.send_soon(key=k, value=v, timestamp=ts)
+    else:
+        assert isinstance(terminal, Aggregate)
+        apply = _aggregator(terminal)
+
+        def emit(key: Any, value: Any, ts: int) -> None:
+            for k, v in run_after(key, value):
+                apply(k, v)
+
+    def set_aside(side: str, key: Any, raw_key: bytes | None, value: Any, ts: int, reason: str, now: int) -> None:
+        state_table.late_records += 1
+        late_topic.send_soon(
+            key=raw_key,
+            value=value,
+            timestamp=ts,
+            headers=[
+                ("streamkit.table", state_table.name),
+                ("streamkit.join_side", side),
+                ("streamkit.reason", reason),
+                ("streamkit.timestamp", str(ts)),
+                ("streamkit.stream_time", str(now)),
+            ],
+        )
+
+    async def join_streams(stream: Stream) -> None:
+        drivers: dict[int, tuple[SortedPartition, WindowJoin]] = {}
+        async for event in stream.events():
+            partition = event.partition
+            held = drivers.get(partition)
+            state = state_table.partition_state(partition)
+            if held is None or held[0] is not state:  # (re)assigned: a driver over the new state
+                if not isinstance(state, SortedPartition):
+                    raise TableError(f"join state {state_table.name!r} has no partition {partition} here")
+                held = drivers[partition] = (state, state_table.driver(state))
+            held[0].timestamp_ms = ts = event.timestamp
+            driver = held[1]
+            topic = event.topic
+            for side, run in (("left", run_left), ("right", run_right)):
+                if topic != (left_name if side == "left" else right_name):
+                    continue
+                for key, value in run(event.key, event.value):
+                    raw_key = key_dumps(key) if key is not None else None
+                    if raw_key is None or value is None:
+                        reason = "null-key" if raw_key is None else "null-value"
+                        set_aside(side, key, raw_key, value, ts, reason, driver.stream_time.ms)
+                        continue
+                    step = driver.process(side, raw_key, ts, value)  # type: ignore[arg-type]
+                    for result in step.results:
+                        out_key = key if result.key == raw_key else key_loads(result.key)
+                        emit(out_key, joiner(result.left, result.right), result.ts_ms)
+                    late = step.late
+                    if late is not None:
+                        set_aside(side, key, raw_key, value, ts, late.reason, late.stream_time_ms)
+
+    topics = [left_topic] if left_name == right_name else [left_topic, right_topic]
+    return CompiledAgent(name, topics, join_streams, [terminal.topic] if isinstance(terminal, Sink) else [])
 
 
 def _stage(name: str, topic: Topic, nodes: tuple[Node, ...], terminal: Node) -> CompiledAgent:
@@ -588,6 +916,10 @@ def runner(nodes: tuple[Node, ...]) -> Callable[[Any, Any], Pairs]:
 
 
 def _op(node: Node) -> Callable[[Any, Any], Pairs]:
+    if isinstance(node, StreamJoin):
+        raise ConfigError(
+            f"the windowed stream-stream join {node.name!r} runs in a worker only: the backfill does not run it"
+        )
     if isinstance(node, Join):
         table, joiner, inner, key_fn = node.table, node.joiner, node.how == "inner", node.key
 

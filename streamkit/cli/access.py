@@ -39,6 +39,13 @@ from streamkit.log.compression import CODEC_IDS
 from streamkit.log.errors import DataDirLockedError, OffsetOutOfRangeError
 from streamkit.log.manager import LogManager, owner_address
 from streamkit.log.offsets import OFFSETS_TOPIC
+from streamkit.log.partition import Partition
+from streamkit.log.producers import (
+    PartitionProducerState,
+    committed_records,
+    last_stable_offset,
+    scan_state,
+)
 from streamkit.log.records import NewRecord, Record, decode_batches
 from streamkit.transport.base import TransportError
 from streamkit.transport.kafka_tools import FetchOutOfRangeError, KafkaTools
@@ -110,8 +117,13 @@ class LogAccess(Protocol):
         """
         ...
 
-    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> Fetched:
-        """Records from ``offset`` on; raises ``OffsetOutOfRangeError`` outside the log."""
+    def fetch(
+        self, topic: str, partition: int, offset: int, max_bytes: int, *, read_committed: bool = False
+    ) -> Fetched:
+        """Records from ``offset`` on; raises ``OffsetOutOfRangeError`` outside the log.
+
+        ``read_committed``: only below the last stable offset (reported as the high
+        watermark), without the records of aborted transactions."""
         ...
 
     def committed(self, group: str, topic: str) -> dict[int, int]:
@@ -151,6 +163,7 @@ class EmbeddedAccess:
         self._warn = warn
         self._warned: set[str] = set()
         self._manager: LogManager | None = None
+        self._txn_states: dict[TopicPartition, tuple[int, PartitionProducerState]] = {}
 
     def open(self, *, lock_wait_s: float | None = None, write: bool = False) -> None:
         """Open the directory now (a no-op when open); ``lock_wait_s`` overrides the wait."""
@@ -225,8 +238,12 @@ class EmbeddedAccess:
         part.maybe_flush()  # honour flush.ms; close() flushes the rest
         return result.base_offset
 
-    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> Fetched:
+    def fetch(
+        self, topic: str, partition: int, offset: int, max_bytes: int, *, read_committed: bool = False
+    ) -> Fetched:
         part = self._log().partition(topic, partition)
+        if read_committed:
+            return self._fetch_committed(part, offset, max_bytes)
         data = part.read(offset, max_bytes)
         high_watermark = part.high_watermark
         records: list[Record] = []
@@ -240,6 +257,24 @@ class EmbeddedAccess:
             # Nothing from offset on in any segment: the rest up to the end is a gap.
             next_offset = max(offset, high_watermark)
         return Fetched(records, next_offset, high_watermark)
+
+    def _fetch_committed(self, part: Partition, offset: int, max_bytes: int) -> Fetched:
+        """Read committed: the transactions' state comes from a scan of the partition's batch
+        headers, redone only when the partition grew."""
+        high_watermark = part.high_watermark
+        cached = self._txn_states.get(part.tp)
+        if cached is None or cached[0] != high_watermark:
+            cached = self._txn_states[part.tp] = (high_watermark, scan_state(part))
+        state = cached[1]
+        stable = last_stable_offset(state, high_watermark)
+        if offset >= stable:
+            part.read(offset, 1)  # raises OffsetOutOfRangeError past the end, like a read
+            return Fetched([], offset, stable)
+        data = part.read(offset, max_bytes)
+        records, next_offset = committed_records(data, offset, stable, list(state.aborted), 1 << 30)
+        if not data:
+            next_offset = stable
+        return Fetched(records, next_offset, stable)
 
     def committed(self, group: str, topic: str) -> dict[int, int]:
         log = self._log()
@@ -272,6 +307,7 @@ class BrokerAccess:
     def __init__(self, bootstrap: str) -> None:
         self.bootstrap = bootstrap
         self._tools = KafkaTools(bootstrap)
+        self._committed_tools: KafkaTools | None = None  # a read_committed fetch consumer
         self._runner: asyncio.Runner | None = None
 
     def _run(self, work: Coroutine[Any, Any, _T]) -> _T:
@@ -314,8 +350,15 @@ class BrokerAccess:
     ) -> int:
         return self._run(self._tools.produce(topic, partition, records, compression=compression))
 
-    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> Fetched:
-        got = self._run(self._tools.fetch(topic, partition, offset, max_bytes))
+    def fetch(
+        self, topic: str, partition: int, offset: int, max_bytes: int, *, read_committed: bool = False
+    ) -> Fetched:
+        tools = self._tools
+        if read_committed:
+            if self._committed_tools is None:
+                self._committed_tools = KafkaTools(self.bootstrap, isolation_level="read_committed")
+            tools = self._committed_tools
+        got = self._run(tools.fetch(topic, partition, offset, max_bytes))
         records = [Record(r.offset, r.timestamp, r.key, r.value, r.headers) for r in got.records]
         return Fetched(records, got.next_offset, got.high_watermark)
 
@@ -334,6 +377,8 @@ class BrokerAccess:
             return
         try:
             runner.run(self._tools.aclose())
+            if self._committed_tools is not None:
+                runner.run(self._committed_tools.aclose())
         finally:
             runner.close()
 
@@ -396,8 +441,10 @@ class DataDirAccess:
     ) -> int:
         return self._access(write=True).produce(topic, partition, records, compression=compression)
 
-    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> Fetched:
-        return self._access().fetch(topic, partition, offset, max_bytes)
+    def fetch(
+        self, topic: str, partition: int, offset: int, max_bytes: int, *, read_committed: bool = False
+    ) -> Fetched:
+        return self._access().fetch(topic, partition, offset, max_bytes, read_committed=read_committed)
 
     def committed(self, group: str, topic: str) -> dict[int, int]:
         return self._access().committed(group, topic)

@@ -96,6 +96,13 @@ broker_option = click.option(
     help="Where the tables' local state lives (default .streamkit-state/APP_ID).",
 )
 @click.option(
+    "--processing-guarantee",
+    type=click.Choice(["at_least_once", "exactly_once"]),
+    default=None,
+    help="Override the app's processing_guarantee (exactly_once: outputs, changelogs and offsets "
+    "commit in one transaction per commit interval).",
+)
+@click.option(
     "--progress-interval",
     type=click.FloatRange(min=0),
     default=10.0,
@@ -110,12 +117,15 @@ def worker(
     state_dir: str | None,
     loglevel: str,
     progress_interval: float,
+    processing_guarantee: str | None = None,
 ) -> None:
     """Run an app's agents, timers and tasks until SIGTERM or Ctrl-C.
 
     A graceful stop commits every processed offset before it exits.
     """
     app = load_app(app_ref)
+    if processing_guarantee is not None:
+        app.conf.processing_guarantee = processing_guarantee
     logging.basicConfig(
         level=getattr(logging, loglevel.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -167,7 +177,7 @@ async def _run_worker(
 
 
 def _banner(app: App, worker: Worker) -> None:
-    info(f"streamkit worker: app {app.id!r} on {worker.client.url}")
+    info(f"streamkit worker: app {app.id!r} on {worker.client.url} ({app.processing_guarantee})")
     info(f"  topics: {', '.join(sorted(app.topics)) or '-'}")
     for agent in app.agents.values():
         sinks = ", ".join(getattr(s, "name", repr(s)) for s in agent.sinks)

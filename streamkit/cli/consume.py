@@ -12,6 +12,10 @@ until Ctrl-C (once positioned it says so on stderr, ``following TOPIC ...``, so 
 wait for it); between polls it lets go of the data directory, so ``streamkit produce`` in
 another terminal can write, and while another process holds the directory it just waits.
 
+``--isolation-level read_committed`` prints only what committed transactions wrote (an
+exactly-once app's outputs) and stops at the last stable offset, as a Kafka consumer with
+``isolation.level=read_committed`` does; the default reads everything, as Kafka's.
+
 With ``--group`` the offset after the last printed record of each partition is committed
 after every poll and on exit (Ctrl-C included), so the next run with the same group resumes
 there. Like Kafka, a group with no commit for a partition also commits where it started
@@ -57,6 +61,14 @@ _FETCH_BYTES = 1024 * 1024
     show_default=True,
     help="Wait between polls with --follow.",
 )
+@click.option(
+    "--isolation-level",
+    type=click.Choice(["read_uncommitted", "read_committed"]),
+    default="read_uncommitted",
+    show_default=True,
+    help="read_committed: only records of committed transactions, up to the last stable offset "
+    "(an exactly-once app's outputs); read_uncommitted: everything, as Kafka's default.",
+)
 @log_target_options
 def consume(
     topic: str,
@@ -69,6 +81,7 @@ def consume(
     print_keys: bool,
     group: str | None,
     poll_interval_ms: int,
+    isolation_level: str,
     target: LogTarget,
 ) -> None:
     """Print the records of TOPIC to stdout, one value per line.
@@ -83,6 +96,7 @@ def consume(
       streamkit consume orders --from-beginning --print-offsets --print-keys
       streamkit consume orders --group billing --max 100
       streamkit consume orders --partition 2 --offset 40 --follow
+      streamkit consume results --from-beginning --isolation-level read_committed
     """
     if offset is not None and partition is None:
         raise click.UsageError("--offset needs --partition")
@@ -107,6 +121,7 @@ def consume(
         }
         consumer = _Consumer(access, topic, positions, group, committed, out, print_offsets, print_keys)
         consumer.max_records = max_records
+        consumer.read_committed = isolation_level == "read_committed"
         if follow:
             # The readiness line: from here on Ctrl-C and SIGTERM end the command cleanly.
             info(f"following {topic} (partitions {', '.join(map(str, positions))}); Ctrl-C to stop")
@@ -164,6 +179,7 @@ class _Consumer:
         self.print_offsets = print_offsets
         self.print_keys = print_keys
         self.max_records: int | None = None
+        self.read_committed = False
         self.count = 0
         # Like Kafka, a group also commits where it started when it had no commit there.
         self._committed = {p: o for p, o in committed.items() if p in positions}
@@ -192,7 +208,7 @@ class _Consumer:
         caught_up = True
         for p, position in self.positions.items():
             try:
-                fetched = self.access.fetch(self.topic, p, position, _FETCH_BYTES)
+                fetched = self.access.fetch(self.topic, p, position, _FETCH_BYTES, read_committed=self.read_committed)
             except OffsetOutOfRangeError as exc:
                 # Retention or a re-created topic moved the log under us: reset like Kafka.
                 below = position < exc.log_start_offset

@@ -46,7 +46,7 @@ import msgspec
 from streamkit._core.types import TopicPartition
 from streamkit.log.errors import LogError
 from streamkit.log.partition import AppendResult, Partition
-from streamkit.log.records import BATCH_OVERHEAD, BatchHeader, iter_batches
+from streamkit.log.records import BATCH_OVERHEAD, BatchHeader, Record, decode_batch, iter_batches
 
 CACHED_BATCHES = 5
 _SEQUENCE_MODULUS = 1 << 31
@@ -244,6 +244,71 @@ def control_type_of(data: bytes | memoryview, header: BatchHeader) -> int | None
         return None
     _version, kind = _CONTROL_KEY.unpack_from(data, key_at)
     return int(kind)
+
+
+def scan_state(partition: Partition) -> PartitionProducerState:
+    """The partition's producer state from a scan of its batch headers, read-only (no
+    snapshot read or deleted): what a tool that opens a data directory for reading needs to
+    read committed."""
+    state = PartitionProducerState()
+    offset = partition.log_start_offset
+    hw = partition.high_watermark
+    while offset < hw:
+        data = partition.read(offset, _SCAN_CHUNK_BYTES)
+        if not data:
+            break
+        view = memoryview(data)
+        for pos, header in iter_batches(data):
+            if header.last_offset >= offset:
+                state.update(header, header.base_offset, control_type_of(view[pos : pos + header.size], header))
+            offset = header.next_offset
+    state.end_offset = max(state.end_offset, hw)
+    return state
+
+
+def last_stable_offset(state: PartitionProducerState | None, high_watermark: int) -> int:
+    """Where read_committed reading stops: the first offset of the oldest open transaction,
+    else the high watermark."""
+    if state is None:
+        return high_watermark
+    first = state.first_unstable_offset()
+    return high_watermark if first is None else min(first, high_watermark)
+
+
+def committed_records(
+    data: bytes | memoryview, offset: int, stable_offset: int, aborted: list[AbortedTransaction], max_records: int
+) -> tuple[list[Record], int]:
+    """Read committed over ``data`` (whole batches from a read at ``offset``): the records from
+    ``offset`` on below ``stable_offset``, without control batches and without the batches of
+    aborted transactions; and the offset the next read starts at (never past
+    ``stable_offset``). A batch never straddles the last stable offset: it is the first
+    offset of a transactional batch, or the high watermark."""
+    records: list[Record] = []
+    next_offset = offset
+    view = memoryview(data)
+    for pos, header in iter_batches(data):
+        if header.base_offset >= stable_offset or len(records) >= max_records:
+            break
+        next_offset = max(next_offset, header.next_offset)
+        if header.is_control:
+            continue
+        if header.is_transactional and _aborted(header, aborted):
+            continue
+        _header, batch = decode_batch(view[pos : pos + header.size], verify_crc=False)
+        if header.base_offset >= offset:
+            records.extend(batch)
+        else:
+            records.extend(r for r in batch if r.offset >= offset)
+    if len(records) > max_records:
+        records = records[:max_records]
+        next_offset = records[-1].offset + 1
+    return records, next_offset
+
+
+def _aborted(header: BatchHeader, aborted: list[AbortedTransaction]) -> bool:
+    pid = header.producer_id
+    base = header.base_offset
+    return any(a.producer_id == pid and a.first_offset <= base <= a.last_offset for a in aborted)
 
 
 class ProducerStates:

@@ -44,6 +44,20 @@ CHUNK = 1000
 current_event = context.current_event
 
 
+class Gate:
+    """Closed while an exactly-once commit seals its transaction (``commits.py``): the sources
+    hand out no record, so the outputs in the transaction are exactly those of the records
+    below the committed positions."""
+
+    __slots__ = ("closed",)
+
+    def __init__(self) -> None:
+        self.closed = False
+
+
+_ALWAYS_OPEN = Gate()
+
+
 class DecodeError(SerdeError):
     """A record's key or value did not decode; names where the record is."""
 
@@ -81,13 +95,29 @@ class Inbox:
         self.size += len(records)
         self._wakeup.set()
 
-    def take_chunk(self, limit: int = CHUNK) -> Sequence[ConsumerRecord]:
-        """Up to ``limit`` next records, in offset order (empty when there are none)."""
+    def head_timestamp(self) -> int | None:
+        """The timestamp of the next record not taken yet (None: none is here)."""
+        index = self._index
+        for batch in self._batches:
+            if index < len(batch):
+                return batch[index].timestamp
+            index = 0
+        return None
+
+    def take_chunk(self, limit: int = CHUNK, max_timestamp: int | None = None) -> Sequence[ConsumerRecord]:
+        """Up to ``limit`` next records, in offset order (empty when there are none); with
+        ``max_timestamp``, only the next record and those right after it stamped no later."""
         batches = self._batches
         while batches:
             head = batches[0]
             start = self._index
             if start < len(head):
+                if max_timestamp is not None:
+                    end = start + 1
+                    stop = min(len(head), start + limit)
+                    while end < stop and head[end].timestamp <= max_timestamp:
+                        end += 1
+                    limit = end - start
                 if start == 0 and len(head) <= limit:
                     chunk = head
                     batches.popleft()
@@ -129,8 +159,10 @@ class RootSource:
         dead_letter: DeadLetter,
         open_through: ThroughOpener,
         clock: Clock = SYSTEM_CLOCK,
+        gate: Gate = _ALWAYS_OPEN,
     ) -> None:
         self.clock = clock
+        self._gate = gate
         self._inboxes = list(inboxes)
         self._wakeup = wakeup
         self._dead_letter = dead_letter
@@ -162,6 +194,11 @@ class RootSource:
         return None
 
     @property
+    def busy(self) -> bool:
+        """A record was handed out and its processing has not finished."""
+        return bool(self._pending)
+
+    @property
     def pending(self) -> list[tuple[Inbox, ConsumerRecord]]:
         """The records handed out and not finished (what a failure dead-letters)."""
         return list(self._pending)
@@ -179,9 +216,32 @@ class RootSource:
                 return
 
     def _refill(self) -> bool:
-        """Take the next chunk, from the inboxes in turn; False when all are empty."""
+        """Take the next chunk; False when all inboxes are empty.
+
+        Of several inboxes (merged topics, the two sides of a join), the one whose next record
+        has the lowest timestamp goes first (the first of them on a tie), and its chunk ends
+        before a record stamped later than another inbox's next one: so the agent sees the
+        records it holds in timestamp order across partitions, whatever the order the fetches
+        came in (Kafka Streams' choice of the next record of a task). Within a partition,
+        offset order stays."""
         inboxes = self._inboxes
         n = len(inboxes)
+        if n > 1:
+            heads = [(ts, i) for i, inbox in enumerate(inboxes) if (ts := inbox.head_timestamp()) is not None]
+            if not heads:
+                return False
+            _ts, first = min(heads)
+            others = [(ts, i) for ts, i in heads if i != first]
+            bound = None
+            if others:
+                # Records stamped like the other inbox's next one go first only from the
+                # inbox listed earlier: ties break the same way record by record.
+                bound_ts, bound_inbox = min(others)
+                bound = bound_ts if first < bound_inbox else bound_ts - 1
+            self._chunk = inboxes[first].take_chunk(CHUNK, bound)
+            self._chunk_at = 0
+            self._chunk_inbox = inboxes[first]
+            return True
         for i in range(n):
             inbox = inboxes[(self._next + i) % n]
             chunk = inbox.take_chunk()
@@ -198,6 +258,8 @@ class RootSource:
         loop turn first; else ``None`` (``get`` then waits, yields or dead-letters)."""
         if self.stopping:
             raise StreamEnd
+        if self._gate.closed:
+            return None
         self._countdown -= 1
         if self._countdown <= 0:
             return None

@@ -5,11 +5,14 @@ partition p of an input topic, it holds partition p of every table (that has one
 partition task does not start before those partitions are restored (``assign``). On revocation
 they are closed after the worker committed (``revoke``).
 
-Commits (at-least-once, see ``worker.py``): ``send_changes`` sends every table partition's
-changes since the last commit to its changelog, *before* the worker flushes its producer;
-after the flush, ``store_changes`` writes them to the stores, each in one batch with the
-changelog offset it reaches; only then are the source offsets committed. A crash in between
-leaves the changelog ahead of the store, never behind: recovery replays the difference.
+Commits (``commits.py``): ``send_changes`` sends every table partition's changes since the
+last commit to its changelog, *before* the worker flushes its producer; after the flush
+(at-least-once) or after the transaction holding them committed (exactly-once),
+``store_changes`` writes them to the stores, each in one batch with the changelog offset it
+reaches. A crash in between leaves the changelog ahead of the store, never behind: recovery
+replays the difference. Under exactly-once the changelogs are read committed, so a restore
+never applies what an aborted transaction wrote, and ``discard_uncommitted`` drops the
+writes of a transaction that aborted while the worker runs on.
 
 State directory: ``<state_dir>/<table>/<partition>/`` per RocksDB table partition.
 """
@@ -31,7 +34,13 @@ from streamkit.tables.partition import OutgoingChange, TablePartition
 from streamkit.tables.recovery import PartitionSpec, RestoreProgress, open_partition
 from streamkit.tables.table import Table
 from streamkit.topics import Topic
-from streamkit.transport.base import LogClient, PartitionReader, Producer, RecordMetadata
+from streamkit.transport.base import (
+    READ_UNCOMMITTED,
+    LogClient,
+    PartitionReader,
+    Producer,
+    RecordMetadata,
+)
 
 logger = logging.getLogger(__name__)
 TAIL_INTERVAL_S = 0.2  # how often replicas look for new changelog records
@@ -61,9 +70,14 @@ class _Outgoing:
 
 
 class StateManager:
-    def __init__(self, tables: Sequence[Table], client: LogClient, clock: Clock, state_dir: str) -> None:
+    def __init__(
+        self, tables: Sequence[Table], client: LogClient, clock: Clock, state_dir: str,
+        *, isolation_level: str = READ_UNCOMMITTED,
+    ) -> None:
         self.tables = list(tables)
         self._client = client
+        # read_committed under exactly-once: restores skip what aborted transactions wrote
+        self._isolation_level = isolation_level
         self._clock = clock
         self.state_dir = state_dir
         self._reader: PartitionReader | None = None
@@ -123,7 +137,7 @@ class StateManager:
                 self._held |= partitions
                 return
             if self._reader is None:
-                self._reader = self._client.reader()
+                self._reader = self._client.reader(isolation_level=self._isolation_level)
             port = _ReaderPort(self._reader)
             for p in fresh:
                 for table in self.tables:
@@ -168,7 +182,7 @@ class StateManager:
 
     async def _open_replica(self, table: Table, p: int) -> TablePartition:
         if self._reader is None:
-            self._reader = self._client.reader()
+            self._reader = self._client.reader(isolation_level=self._isolation_level)
         progress = self.restores[(table.name, p)] = RestoreProgress(table.name, p)
         state = await open_partition(self._spec(table, p), _ReaderPort(self._reader), progress=progress)
         self._replicas[(table.name, p)] = state
@@ -266,6 +280,17 @@ class StateManager:
             await asyncio.to_thread(item.state.store.apply, changes, offset)
             item.state.stored(item.changes)
 
+    def discard_uncommitted(self) -> None:
+        """Exactly-once, after an aborted transaction: every held partition forgets the writes
+        its store does not hold (they were never committed); reads go to the store again."""
+        for table in self.tables:
+            if table.is_global:
+                continue
+            for p in table.held_partitions:
+                state = table.partition_state(p)
+                if state is not None:
+                    state.discard_uncommitted()
+
     async def aclose(self) -> None:
         tailer, self._tailer = self._tailer, None
         if tailer is not None:
@@ -308,7 +333,7 @@ class StateManager:
             if table.is_global:
                 parts = [{"partition": p, "state": "replica", "keys": s.store.estimated_keys()}
                          for p in table.held_partitions if (s := table.partition_state(p)) is not None]
-            out.append({
+            entry: dict[str, Any] = {
                 "name": table.name,
                 "global": table.is_global,
                 "changelog": table.changelog_topic.name,
@@ -316,7 +341,11 @@ class StateManager:
                 "partitions": table.partition_count,
                 "held": parts,
                 "help": table.help,
-            })
+            }
+            late = getattr(table, "late_records", None)
+            if late is not None:  # a table that sets late records aside counts them (joins)
+                entry["late_records"] = late
+            out.append(entry)
         return out
 
 

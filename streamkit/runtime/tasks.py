@@ -145,6 +145,21 @@ class PartitionTask:
             return None
         return failure
 
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    @property
+    def busy(self) -> bool:
+        """Running, with a record handed out and not finished (an exactly-once commit waits)."""
+        return not self._stopping and any(source.busy for source in self._sources)
+
+    @property
+    def torn(self) -> bool:
+        """Stopped while an instance held a record unfinished: part of its outputs may be
+        sent, so an exactly-once commit must not seal them (it aborts instead)."""
+        return self._stopping and any(source.busy for source in self._sources)
+
     def commit_positions(self) -> dict[TopicPartition, int]:
         out = {}
         for tp, inbox in self.inboxes.items():
@@ -162,6 +177,7 @@ class PartitionTask:
             self._dead_letter,
             functools.partial(self._open_through, instance),
             self.worker.clock,
+            self.worker.gate,
         )
         source.stopping = self._stopping
         self._sources.append(source)

@@ -11,7 +11,7 @@ letters and introspection; the parts live beside it:
 * ``assignment.py``: which partition tasks exist for which partitions, creating, stopping and
   closing them on a rebalance;
 * ``commits.py``: the commit protocol (snapshot positions, flush the producer, commit; the
-  failure rule);
+  failure rule; exactly-once: one transaction per commit interval, rewind on an abort);
 * ``tasks.py``: one agent over one partition number, and its supervisor;
 * ``outputs.py``: where yielded values go (the sinks);
 * ``replies.py``: the reply consumer of agent RPC (``agent.ask``), on ``app.replies``.
@@ -24,8 +24,10 @@ tasks (which may still send to them).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -48,6 +50,8 @@ from streamkit.runtime.timers import TimerRunner
 from streamkit.runtime.topology import Topology
 from streamkit.topics import Topic
 from streamkit.transport.base import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
     Consumer,
     ConsumerRecord,
     LogClient,
@@ -93,6 +97,41 @@ class _TablesFollowPartitions:
         await self._worker.state_manager.revoke({tp.partition for tp in revoked} - kept)
 
 
+def _transactional_id(app: App, state_dir: str) -> str:
+    """One transactional id per worker: the app, the host and the worker's state directory
+    (two live workers never share one: RocksDB locks it). A worker restarted on its state directory
+    takes the same id, which fences the instance it replaces (its open transaction is
+    aborted at once), as a restarted Kafka Streams instance does."""
+    digest = hashlib.sha1(f"{socket.gethostname()}:{os.path.abspath(state_dir)}".encode()).hexdigest()[:12]
+    return f"{app.id}-eos-{digest}"
+
+
+def _transaction_timeout_ms(app: App) -> int:
+    """Long enough for a few commit intervals: a transaction lives one interval (plus the
+    wait for the tasks to finish their records); the log aborts one open longer."""
+    return min(900_000, max(60_000, 5 * app.commit_interval_ms))
+
+
+class _TaskControl:
+    """The worker's partition tasks as an exactly-once commit sees them (``commits.py``)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self._worker = worker
+
+    def busy(self) -> bool:
+        return any(t.busy for t in self._worker.tasks.values())
+
+    def torn(self) -> bool:
+        return any(t.torn for t in self._worker.tasks.values())
+
+    def wake(self) -> None:
+        for task in self._worker.tasks.values():
+            task.wakeup.set()
+
+    async def rewind(self, committed: dict[TopicPartition, int]) -> None:
+        await self._worker.rewind(committed)
+
+
 class Worker:
     """Runs ``app``. Use ``async with Worker(app) as w: await w.wait()``, or the CLI."""
 
@@ -121,12 +160,23 @@ class Worker:
         # The URL of this worker's HTTP API, told to the group so others route queries here.
         self.advertised_url = advertised_url
         self.state_manager = StateManager(
-            list(app.tables.values()), self.client, clock, state_dir or os.path.join(".streamkit-state", app.id)
+            list(app.tables.values()), self.client, clock, state_dir or os.path.join(".streamkit-state", app.id),
+            isolation_level=READ_COMMITTED if app.exactly_once else READ_UNCOMMITTED,
         )
         self.task_assignment.listeners.append(_TablesFollowPartitions(self))
         self.committer = Committer(
             self.task_assignment.inboxes, self.fail, lambda: self._failure is not None, self.state_manager
         )
+        self.gate = self.committer.gate  # closed while an exactly-once commit seals (``commits.py``)
+        # Exactly-once: made here (no I/O), so a transport that does not offer it refuses at
+        # once.
+        self._transactional = (
+            self.client.transactional_producer(_transactional_id(app, self.state_manager.state_dir),
+                                               timeout_ms=_transaction_timeout_ms(app))
+            if app.exactly_once
+            else None
+        )
+        self._start_positions: dict[TopicPartition, int] = {}
         self.topology = Topology(app, self.client, self.state_manager)
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
@@ -153,8 +203,14 @@ class Worker:
         if self._started:
             return
         self._started = True
+        producer: Producer
+        if self._transactional is not None:
+            producer = self._transactional
+            self.committer.tasks = _TaskControl(self)
+            self.committer.group_id = self.app.id
+        else:
+            producer = self.client.producer()
         await self.client.start()
-        producer = self.client.producer()
         await producer.start()
         self._producer = producer
         self._sender = RuntimeSender(producer, self.clock, self.topology.partitions_for)
@@ -173,7 +229,12 @@ class Worker:
                 channel_task.start()
         inputs = self.input_topics()
         if inputs:
-            consumer = self.client.consumer(self.app.id, auto_offset_reset=self.app.auto_offset_reset)
+            if self.app.exactly_once:
+                consumer = self.client.consumer(
+                    self.app.id, auto_offset_reset=self.app.auto_offset_reset, isolation_level=READ_COMMITTED
+                )
+            else:
+                consumer = self.client.consumer(self.app.id, auto_offset_reset=self.app.auto_offset_reset)
             consumer.subscribe(inputs, self)
             standby = max((t.standby_replicas for t in self.app.tables.values()), default=0)
             consumer.advertise(MemberInfo(self.advertised_url, standby))
@@ -247,6 +308,11 @@ class Worker:
         return self.task_assignment.inboxes
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        if self._consumer is not None:
+            for tp in assigned:  # where a rewind goes back to before the first commit
+                position = self._consumer.position(tp)
+                if position is not None:
+                    self._start_positions[tp] = position
         self.app.rebalancing = True
         try:
             await self.task_assignment.assign(assigned)
@@ -319,6 +385,48 @@ class Worker:
         positions = await self.committer.commit(only)
         self.stats.commits += self.committer.commits - before
         return positions
+
+    async def rewind(self, committed: dict[TopicPartition, int]) -> None:
+        """Exactly-once, after an aborted transaction: restart every task from the last
+        committed positions, the tables without their uncommitted writes (``commits.py``)."""
+        # Tasks already stopping (their partitions are being revoked) are left to the revocation.
+        tasks = [t for t in self.task_assignment.tasks.values() if not t.stopping]
+        tps = {tp for t in tasks for tp in t.inboxes}
+        await asyncio.gather(*(t.stop() for t in tasks))
+        for task in tasks:
+            task.close()
+            self.task_assignment.tasks.pop((task.agent.name, task.partition), None)
+            for tp, inbox in task.inboxes.items():
+                inboxes = self.task_assignment.inboxes.get(tp, [])
+                if inbox in inboxes:
+                    inboxes.remove(inbox)
+                if not inboxes:
+                    self.task_assignment.inboxes.pop(tp, None)
+        self.state_manager.discard_uncommitted()
+        consumer = self._consumer
+        assert consumer is not None
+        for tp in sorted(tps):
+            position = committed.get(tp)
+            if position is None:
+                position = await consumer.committed(tp)
+            if position is None:
+                position = self._start_positions.get(tp)
+            if position is not None:
+                consumer.seek(tp, position)
+        logger.warning("rewound %d input partitions to their last commit", len(tps))
+        await self.task_assignment.assign(tps)
+
+    def guarantee_status(self) -> dict[str, Any]:
+        """The processing guarantee and, under exactly-once, its transactions (``/status``)."""
+        out: dict[str, Any] = {"processing_guarantee": self.app.processing_guarantee}
+        if self.committer.exactly_once:
+            out["transactions"] = {
+                "open": 1 if self.committer.transaction_open else 0,
+                "committed": getattr(self._producer, "commits", 0),
+                "aborted": self.committer.aborts,
+                "rewinds": self.committer.rewinds,
+            }
+        return out
 
     # -- outputs ---------------------------------------------------------------------------
 

@@ -62,6 +62,7 @@ from streamkit.dsl import (
     Pipeline,
     Sink,
     Source,
+    StreamJoin,
     TableJoin,
     WindowedAggregate,
     repartition_topic_name,
@@ -167,6 +168,9 @@ def refuse_unsupported(pipeline: Pipeline, table: str) -> None:
         if isinstance(node, Join):
             raise ConfigError(f"table {table!r} joins a stream with table {node.table.name!r}: the backfill "
                               "does not run stream-table joins (their answer depends on when each side arrived)")
+        if isinstance(node, StreamJoin):
+            raise ConfigError(f"table {table!r} is fed by the windowed stream-stream join {node.name!r}: the "
+                              "backfill does not run stream-stream joins")
         if isinstance(node, Sink):
             raise ConfigError(f"the pipeline of table {table!r} writes a topic midway: not a backfill")
 

@@ -9,6 +9,13 @@ exactly where recovery resumes. Between the two steps the changes stay readable 
 
 The cache keeps clean entries too (values read, or written and since stored) up to
 ``CACHE_LIMIT`` keys, so hot keys are decoded once per commit interval, not per record.
+Entries taken by ``take_changes`` and not yet ``stored`` are never evicted: the store lacks
+them, a read would find the old value.
+
+Under exactly-once this cache is the per-task write batch with reads through it: the changes
+of a commit interval reach the store only after their transaction committed, so the store
+(and the changelog offset it records) holds committed state only, and a crash needs no wipe.
+``discard_uncommitted`` forgets the writes of a transaction that aborted.
 """
 
 from __future__ import annotations
@@ -41,7 +48,10 @@ OutgoingChange = tuple[bytes, bytes | None, int]
 class TablePartition:
     """State of ``partition`` of a table: a store plus a write-back cache."""
 
-    __slots__ = ("_cache", "_dirty", "_key_dumps", "_key_loads", "_value_dumps", "_value_loads", "partition", "store")
+    __slots__ = (
+        "_cache", "_dirty", "_key_dumps", "_key_loads", "_unstored", "_value_dumps", "_value_loads", "partition",
+        "store",
+    )
 
     def __init__(self, partition: int, store: KeyValueStore, key_serde: Serde, value_serde: Serde) -> None:
         self.partition = partition
@@ -52,6 +62,7 @@ class TablePartition:
         self._value_loads: Callable[[bytes | None], Any] = value_serde.loads
         self._cache: dict[Any, Any] = {}  # key -> value, or DELETED
         self._dirty: dict[Any, int] = {}  # key -> timestamp of its last write
+        self._unstored: dict[Any, int] = {}  # keys taken by take_changes, not stored yet
 
     def get(self, key: Any) -> Any:
         """The value of ``key``, or ``MISSING``."""
@@ -84,6 +95,10 @@ class TablePartition:
     def take_changes(self) -> list[OutgoingChange]:
         """The changes since the last call, encoded, in the order keys were first changed."""
         dirty, self._dirty = self._dirty, {}
+        if self._unstored:
+            self._unstored.update(dirty)
+        else:
+            self._unstored = dirty
         cache = self._cache
         key_dumps = self._key_dumps
         value_dumps = self._value_dumps
@@ -100,6 +115,7 @@ class TablePartition:
         """``changes`` reached the store: deleted keys leave the cache, which stays bounded."""
         cache = self._cache
         dirty = self._dirty
+        self._unstored = {}  # one batch is on its way at a time: this one
         if len(cache) >= CACHE_LIMIT:
             self._evict()
             return
@@ -110,10 +126,20 @@ class TablePartition:
                     del cache[decoded]
 
     def _evict(self) -> None:
-        """Drop every clean entry (dirty ones must stay until they are stored)."""
+        """Drop every clean entry (dirty and taken ones must stay until they are stored)."""
         dirty = self._dirty
         cache = self._cache
-        self._cache = {key: cache[key] for key in dirty}
+        kept = {key: cache[key] for key in dirty}
+        for key in self._unstored:
+            if key not in kept and key in cache:
+                kept[key] = cache[key]
+        self._cache = kept
+
+    def discard_uncommitted(self) -> None:
+        """Forget every write the store does not hold (a transaction aborted)."""
+        self._cache = {}
+        self._dirty = {}
+        self._unstored = {}
 
     def items(self) -> Iterator[tuple[Any, Any]]:
         """Every key and value of this partition (the store merged with unstored changes)."""
@@ -152,6 +178,7 @@ class TablePartition:
                 decoded = key_loads(key)
                 if decoded not in self._dirty:
                     self._cache.pop(decoded, None)
+                    self._unstored.pop(decoded, None)
 
 
 class SortedPartition(TablePartition):
@@ -230,6 +257,13 @@ class SortedPartition(TablePartition):
 
     def restore(self, changes: Sequence[Change], changelog_offset: int) -> None:
         self.store.apply(changes, changelog_offset)
+
+    def discard_uncommitted(self) -> None:
+        super().discard_uncommitted()
+        self._dirty_sorted = {}
+        self._stamps = {}
+        self._flushing = {}
+        self._order = []
 
 
 class WindowStoreView:

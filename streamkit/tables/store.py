@@ -18,8 +18,10 @@ locked by another open store is ``StateLockedError``, and is never wiped.
 
 from __future__ import annotations
 
+import bisect
 import os
 import shutil
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Protocol
 
@@ -67,10 +69,17 @@ class KeyValueStore(Protocol):
 
 
 class MemoryStore:
-    """A store in a dict: state lives as long as the process (``store="memory"``)."""
+    """A store in a dict: state lives as long as the process (``store="memory"``).
+
+    Keys are also kept in a sorted list, so a range read costs its length, not the store's
+    size (windowed tables and joins read ranges per record). The state manager writes a commit's
+    changes (``apply``) in a thread while the partition's task may read: reads of several keys
+    take a snapshot under a lock, so they never see a dict changing under them."""
 
     def __init__(self) -> None:
         self._data: dict[bytes, bytes] = {}
+        self._keys: list[bytes] = []  # the keys of _data, sorted
+        self._lock = threading.Lock()
         self._offset: int | None = None
         self._identity: str | None = None
 
@@ -78,23 +87,36 @@ class MemoryStore:
         return self._data.get(key)
 
     def items(self, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
-        for key in sorted(self._data):
-            if key.startswith(prefix):
-                yield key, self._data[key]
+        with self._lock:
+            keys, data = self._keys, self._data
+            first = bisect.bisect_left(keys, prefix)
+            pairs = []
+            for key in keys[first:] if prefix else keys:
+                if not key.startswith(prefix):
+                    break
+                pairs.append((key, data[key]))
+        return iter(pairs)
 
     def range(self, lo: bytes, hi: bytes) -> Iterator[tuple[bytes, bytes]]:
-        data = self._data
-        for key in sorted(k for k in data if lo <= k < hi):
-            yield key, data[key]
+        with self._lock:
+            keys, data = self._keys, self._data
+            selected = keys[bisect.bisect_left(keys, lo) : bisect.bisect_left(keys, hi)]
+            pairs = [(key, data[key]) for key in selected]
+        return iter(pairs)
 
     def apply(self, changes: Sequence[Change], changelog_offset: int) -> None:
-        data = self._data
-        for key, value in changes:
-            if value is None:
-                data.pop(key, None)
-            else:
-                data[key] = value
-        self._offset = changelog_offset
+        with self._lock:
+            data = self._data
+            keys = self._keys
+            for key, value in changes:
+                if value is None:
+                    if data.pop(key, None) is not None:
+                        del keys[bisect.bisect_left(keys, key)]
+                else:
+                    if key not in data:
+                        bisect.insort(keys, key)
+                    data[key] = value
+            self._offset = changelog_offset
 
     @property
     def changelog_offset(self) -> int | None:
@@ -159,7 +181,11 @@ class RocksStore:
             it.next()
 
     def range(self, lo: bytes, hi: bytes) -> Iterator[tuple[bytes, bytes]]:
-        it = self._db.iter()
+        # The upper bound lets RocksDB stop at ``hi`` instead of stepping over the deleted
+        # keys that follow (windows and joins delete behind them as stream time moves).
+        options = self._rocksdict.ReadOptions()
+        options.set_iterate_upper_bound(hi)
+        it = self._db.iter(options)
         it.seek(lo)
         while it.valid():
             key: bytes = it.key()

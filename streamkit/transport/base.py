@@ -33,6 +33,29 @@ class TransportError(StreamkitError):
     retriable = True
 
 
+class TransactionAbortedError(TransportError):
+    """The open transaction could not commit and was (or must be) aborted: the task rewinds
+    to its last commit."""
+
+
+class ProducerFencedError(TransactionAbortedError):
+    """A newer producer with the same transactional id (or the coordinator, on a timeout)
+    fenced this one: its transaction was aborted."""
+
+
+READ_UNCOMMITTED = "read_uncommitted"
+READ_COMMITTED = "read_committed"
+ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
+
+
+def check_isolation_level(isolation_level: str) -> str:
+    if isolation_level not in ISOLATION_LEVELS:
+        raise ConfigError(
+            f"isolation_level must be one of {', '.join(ISOLATION_LEVELS)}, not {isolation_level!r}"
+        )
+    return isolation_level
+
+
 class ConsumerRecord(Protocol):
     """A consumed record; its topic and partition are the key it is filed under.
 
@@ -143,6 +166,32 @@ class Producer(Protocol):
         ...
 
 
+class TransactionalProducer(Producer, Protocol):
+    """A producer whose records become visible to read_committed consumers only when the
+    transaction they are in commits, together with a consumer group's offsets (exactly-once).
+
+    A transaction opens with the first record sent after the last commit or abort.
+    """
+
+    transactional_id: str
+    commits: int
+    aborts: int
+
+    @property
+    def transaction_open(self) -> bool: ...
+
+    async def commit_transaction(self, offsets: Mapping[TopicPartition, int], group_id: str) -> None:
+        """Flush, then commit the open transaction with ``offsets`` as ``group_id``'s
+        committed offsets. Raises ``TransactionAbortedError`` (``ProducerFencedError``) when
+        it could not commit: call ``abort_transaction`` and redo from the last commit."""
+        ...
+
+    async def abort_transaction(self) -> None:
+        """Drop the buffered records and abort the open transaction; the producer goes on
+        (after a fence, with a new epoch)."""
+        ...
+
+
 class Consumer(Protocol):
     def subscribe(self, topics: Sequence[str], listener: RebalanceListener) -> None: ...
 
@@ -227,9 +276,16 @@ class LogClient(Protocol):
 
     def producer(self) -> Producer: ...
 
-    def consumer(self, group_id: str, *, auto_offset_reset: str = "earliest") -> Consumer: ...
+    def transactional_producer(self, transactional_id: str, *, timeout_ms: int = 60_000) -> TransactionalProducer:
+        """A producer of ``transactional_id``; the log aborts a transaction open longer than
+        ``timeout_ms`` (and fences the producer). No I/O until ``start``."""
+        ...
 
-    def reader(self) -> PartitionReader: ...
+    def consumer(
+        self, group_id: str, *, auto_offset_reset: str = "earliest", isolation_level: str = READ_UNCOMMITTED
+    ) -> Consumer: ...
+
+    def reader(self, *, isolation_level: str = READ_UNCOMMITTED) -> PartitionReader: ...
 
 
 class DataDirOwnedError(TransportError):

@@ -8,6 +8,14 @@ Producer: records are buffered per partition and appended as one batch when the 
 full or when the event loop next turns (``call_soon``), so an agent that handles a whole
 fetched batch without suspending produces whole batches too. Appends to topics whose flush
 policy fsyncs run in a worker thread, others inline (a page-cache write).
+
+Transactions (exactly-once) use the log's own machinery in-process: the transaction
+coordinator and the producer state of the broker this process serves the directory with
+(or, when it does not serve, its own, recovered first: a transaction a killed process left
+open is aborted). ``EmbeddedTransactionalProducer`` appends transactional batches (producer
+id, epoch, sequence) through ``ProducerStates`` as the wire protocol's produce does, so the
+partitions' last stable offsets and aborted-transaction lists follow, and read_committed
+readers here and over the wire (the owner's broker) see the same thing.
 """
 
 from __future__ import annotations
@@ -28,14 +36,27 @@ from streamkit.log.errors import (
 )
 from streamkit.log.manager import LogManager
 from streamkit.log.partition import Partition
-from streamkit.log.records import BatchBuilder, Record, decode_batches, iter_batches
+from streamkit.log.producers import (
+    InvalidProducerEpochError,
+    ProducerIdAllocator,
+    ProducerStates,
+    committed_records,
+    last_stable_offset,
+)
+from streamkit.log.records import BatchBuilder, Record, check_batch, decode_batches, iter_batches
+from streamkit.log.server.error_codes import ErrorCode
+from streamkit.log.server.transactions import TransactionCoordinator
 from streamkit.transport.base import (
+    READ_COMMITTED,
     BatchAck,
     Header,
+    ProducerFencedError,
     ReadChunk,
     RebalanceListener,
     RecordMetadata,
+    TransactionAbortedError,
     TransportError,
+    check_isolation_level,
 )
 from streamkit.transport.placement import GroupInfo, MemberInfo
 
@@ -43,6 +64,8 @@ MAX_BATCH_RECORDS = 2000
 # Well below max.message.bytes' default (1 MiB): a batch of large records is appended sooner.
 MAX_BATCH_BYTES = 256 * 1024
 MAX_FETCH_BYTES = 4 * 1024 * 1024
+DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+_SEQUENCE_MODULUS = 1 << 31
 logger = logging.getLogger(__name__)
 
 
@@ -71,6 +94,38 @@ class EmbeddedLogClient:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._consumers: list[EmbeddedConsumer] = []
+        self._producer_states: ProducerStates | None = None
+        self._coordinator: TransactionCoordinator | None = None
+
+    async def producer_states(self) -> ProducerStates:
+        """The producer state of every partition: the broker's when this process serves the
+        directory, else this client's own (read_committed readers and transactional appends
+        must share one)."""
+        if self._broker is not None:
+            states: ProducerStates = self._broker.producers
+            return states
+        if self._producer_states is None:
+            log = self.log
+            self._producer_states = await asyncio.to_thread(
+                ProducerStates, log.data_dir, trust_snapshots=log.clean_shutdown
+            )
+        return self._producer_states
+
+    async def transaction_coordinator(self) -> TransactionCoordinator:
+        """The transaction coordinator: the broker's, or this client's own, recovered (open
+        transactions of a process that died are aborted) before it is handed out."""
+        if self._broker is not None:
+            coordinator: TransactionCoordinator | None = self._broker.transactions
+            if coordinator is None:
+                raise TransportError("the embedded log is served with transactions turned off")
+            return coordinator
+        if self._coordinator is None:
+            states = await self.producer_states()
+            log = self.log
+            coordinator = TransactionCoordinator(log, states, ProducerIdAllocator(log.data_dir), _run_blocking)
+            await coordinator.recover()
+            self._coordinator = coordinator
+        return self._coordinator
 
     @property
     def log(self) -> LogManager:
@@ -108,6 +163,8 @@ class EmbeddedLogClient:
     async def aclose(self) -> None:
         log, self._log = self._log, None
         broker, self._broker = self._broker, None
+        self._coordinator = None
+        self._producer_states = None
         if broker is not None:
             await broker.aclose()  # closes the log too
         elif log is not None:
@@ -143,13 +200,20 @@ class EmbeddedLogClient:
     def producer(self) -> EmbeddedProducer:
         return EmbeddedProducer(self)
 
-    def consumer(self, group_id: str, *, auto_offset_reset: str = "earliest") -> EmbeddedConsumer:
-        consumer = EmbeddedConsumer(self, group_id, auto_offset_reset)
+    def transactional_producer(
+        self, transactional_id: str, *, timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+    ) -> EmbeddedTransactionalProducer:
+        return EmbeddedTransactionalProducer(self, transactional_id, timeout_ms)
+
+    def consumer(
+        self, group_id: str, *, auto_offset_reset: str = "earliest", isolation_level: str = "read_uncommitted"
+    ) -> EmbeddedConsumer:
+        consumer = EmbeddedConsumer(self, group_id, auto_offset_reset, check_isolation_level(isolation_level))
         self._consumers.append(consumer)
         return consumer
 
-    def reader(self) -> EmbeddedReader:
-        return EmbeddedReader(self)
+    def reader(self, *, isolation_level: str = "read_uncommitted") -> EmbeddedReader:
+        return EmbeddedReader(self, check_isolation_level(isolation_level))
 
     def _forget(self, consumer: EmbeddedConsumer) -> None:
         if consumer in self._consumers:
@@ -314,13 +378,217 @@ class EmbeddedProducer:
             raise first
 
 
+class EmbeddedTransactionalProducer(EmbeddedProducer):
+    """A transactional producer over the log in this process (``TransactionalProducer``).
+
+    Every record sent belongs to the open transaction; ``commit_transaction`` appends what is
+    buffered, adds the consumer group's offsets to the transaction and commits it: the
+    coordinator writes COMMIT markers to every partition the transaction touched and applies
+    the offsets, durably decided first (``transactions.py``). Batches are appended in the
+    order they were sealed, one after another, each after its partitions joined the
+    transaction (one coordinator call per seal for the partitions new to it).
+    """
+
+    def __init__(self, client: EmbeddedLogClient, transactional_id: str, timeout_ms: int) -> None:
+        super().__init__(client)
+        self.transactional_id = transactional_id
+        self.timeout_ms = timeout_ms
+        self._producer_id = -1
+        self._epoch = -1
+        self._sequences: dict[TopicPartition, int] = {}
+        self._in_txn: set[TopicPartition] = set()
+        self._tail: asyncio.Future[None] | None = None
+        self._coordinator: TransactionCoordinator | None = None
+        self._states: ProducerStates | None = None
+        self.commits = 0
+        self.aborts = 0
+        self._fenced = False  # a newer epoch exists: abort_transaction takes one too
+
+    def _txn_error(self, error: ErrorCode, what: str) -> TransportError:
+        if error in (ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.INVALID_PRODUCER_ID_MAPPING):
+            self._fenced = True
+            return ProducerFencedError(f"{what}: the producer was fenced ({error.name})")
+        return TransactionAbortedError(f"{what}: {error.name}")
+
+    @property
+    def transaction_open(self) -> bool:
+        return bool(self._in_txn)
+
+    async def start(self) -> None:
+        self._coordinator = await self._client.transaction_coordinator()
+        self._states = await self._client.producer_states()
+        await self._init_id()
+
+    async def _init_id(self) -> None:
+        assert self._coordinator is not None
+        error, pid, epoch = await self._coordinator.init_producer_id(self.transactional_id, self.timeout_ms)
+        if error is not ErrorCode.NONE:
+            raise TransportError(f"cannot start transactional producer {self.transactional_id!r}: {error.name}")
+        self._producer_id, self._epoch = pid, epoch
+        self._sequences.clear()
+        self._in_txn.clear()
+
+    def send_nowait(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int,
+        headers: Sequence[Header] = (),
+    ) -> Awaitable[None] | None:
+        added, _index = self._add(topic, partition, key, value, headers, timestamp_ms)
+        if not added.full():
+            return None
+        tp = TopicPartition(topic, partition)
+        return self._seal([(tp, self._buffers.pop(tp))])
+
+    async def _append(self, tp: TopicPartition, batch: _Batch) -> None:
+        await self._seal([(tp, batch)])
+
+    def _flush_soon(self) -> None:
+        self._scheduled = False
+        buffers, self._buffers = self._buffers, {}
+        if buffers:
+            self._seal(list(buffers.items()))
+
+    def _seal(self, batches: list[tuple[TopicPartition, _Batch]]) -> asyncio.Future[None]:
+        """Queue ``batches`` for appending after every batch sealed before them."""
+        previous = self._tail
+        for _tp, batch in batches:
+            self._inflight.add(batch.future)
+        task = asyncio.ensure_future(self._append_after(previous, batches))
+        self._tail = task
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _append_after(
+        self, previous: asyncio.Future[None] | None, batches: list[tuple[TopicPartition, _Batch]]
+    ) -> None:
+        try:
+            if previous is not None and not previous.done():
+                await asyncio.wait([previous])
+            await self._append_transactional(batches)
+        finally:
+            for _tp, batch in batches:
+                self._inflight.discard(batch.future)
+                if not batch.future.done():
+                    self._fail(batch, TransactionAbortedError("the transaction ended before this batch was appended"))
+
+    async def _append_transactional(self, batches: list[tuple[TopicPartition, _Batch]]) -> None:
+        coordinator, states = self._coordinator, self._states
+        if coordinator is None or states is None:
+            raise TransportError("the transactional producer is not started")
+        new = [tp for tp in dict.fromkeys(tp for tp, _b in batches) if tp not in self._in_txn]
+        if new:
+            errors = await coordinator.add_partitions(self.transactional_id, self._producer_id, self._epoch, new)
+            bad = {tp: e for tp, e in errors.items() if e is not ErrorCode.NONE}
+            if bad:
+                error = self._txn_error(next(iter(bad.values())), f"cannot add {', '.join(map(str, bad))} to the transaction")
+                for _tp, batch in batches:
+                    self._fail(batch, error)
+                return
+            self._in_txn.update(new)
+        for tp, batch in batches:
+            partition = self._partition(tp, batch)
+            if partition is None:
+                continue
+            sequence = self._sequences.get(tp, 0)
+            try:
+                data = batch.builder.build(
+                    producer_id=self._producer_id, producer_epoch=self._epoch,
+                    base_sequence=sequence, transactional=True,
+                )
+                header = check_batch(data, verify_crc=False)
+                if partition.config.flush_messages:
+                    result = await asyncio.to_thread(states.append, partition, header, data, crc_checked=True)
+                else:
+                    result = states.append(partition, header, data, crc_checked=True)
+            except InvalidProducerEpochError as exc:
+                self._fenced = True
+                self._fail(batch, ProducerFencedError(f"append to {tp} refused, the producer was fenced: {exc}"))
+                continue
+            except LogError as exc:
+                self._fail(batch, TransportError(f"append to {tp} failed: {exc}"))
+                continue
+            self._sequences[tp] = (sequence + len(batch.builder)) % _SEQUENCE_MODULUS
+            batch.future.set_result(result.base_offset)
+
+    async def flush(self) -> None:
+        if self._buffers:
+            buffers, self._buffers = self._buffers, {}
+            self._seal(list(buffers.items()))
+        while self._tasks or self._inflight:
+            await asyncio.gather(*list(self._tasks), *list(self._inflight), return_exceptions=True)
+        if self._failures:
+            first, self._failures = self._failures[0], []
+            raise first
+
+    async def commit_transaction(self, offsets: Mapping[TopicPartition, int], group_id: str) -> None:
+        """Append what is buffered, then commit it with ``offsets`` for ``group_id``."""
+        await self.flush()
+        coordinator = self._coordinator
+        assert coordinator is not None
+        if not self._in_txn and not offsets:
+            return
+        tid, pid, epoch = self.transactional_id, self._producer_id, self._epoch
+        if offsets:
+            error = await coordinator.add_offsets(tid, pid, epoch, group_id)
+            if error is ErrorCode.NONE:
+                error = coordinator.txn_offset_commit(
+                    tid, pid, epoch, group_id, {tp: (offset, "") for tp, offset in offsets.items()}
+                )
+            if error is not ErrorCode.NONE:
+                raise self._txn_error(error, "cannot add the offsets to the transaction")
+        error = await coordinator.end_txn(tid, pid, epoch, True)
+        if error is not ErrorCode.NONE:
+            raise self._txn_error(error, "the transaction did not commit")
+        self._in_txn.clear()
+        self.commits += 1
+
+    async def abort_transaction(self) -> None:
+        """Drop what is buffered and abort the open transaction. After a fence (the
+        coordinator aborted it and bumped the epoch) this takes a new epoch, so the producer
+        can go on."""
+        buffers, self._buffers = self._buffers, {}
+        for batch in buffers.values():
+            self._fail(batch, TransactionAbortedError("the transaction was aborted"))
+        while self._tasks or self._inflight:
+            await asyncio.gather(*list(self._tasks), *list(self._inflight), return_exceptions=True)
+        self._failures.clear()
+        coordinator = self._coordinator
+        assert coordinator is not None
+        if self._in_txn and not self._fenced:
+            error = await coordinator.end_txn(self.transactional_id, self._producer_id, self._epoch, False)
+            self._fenced = error is not ErrorCode.NONE
+        self._in_txn.clear()
+        self.aborts += 1
+        if self._fenced:
+            # Fenced: the coordinator aborted our transaction already; a new epoch goes on
+            # (and fences the instance that fenced us: one worker owns the embedded log).
+            await self._init_id()
+            self._fenced = False
+
+    async def aclose(self) -> None:
+        """Abort what was not committed: only ``commit_transaction`` makes records visible."""
+        if self._coordinator is not None and (self._in_txn or self._buffers or self._tasks):
+            await self.abort_transaction()
+
+
+
 class EmbeddedConsumer:
     """The single member of an embedded consumer group."""
 
-    def __init__(self, client: EmbeddedLogClient, group_id: str, auto_offset_reset: str) -> None:
+    def __init__(
+        self, client: EmbeddedLogClient, group_id: str, auto_offset_reset: str, isolation_level: str = "read_uncommitted"
+    ) -> None:
         if auto_offset_reset not in ("earliest", "latest"):
             raise TransportError(f"auto_offset_reset must be earliest or latest, not {auto_offset_reset!r}")
         self._client = client
+        self.isolation_level = isolation_level
+        self._committed_only = isolation_level == READ_COMMITTED
+        self._states: ProducerStates | None = None
         self.group_id = group_id
         self._reset = auto_offset_reset
         self._topics: list[str] = []
@@ -350,6 +618,8 @@ class EmbeddedConsumer:
 
     async def start(self) -> None:
         log = self._client.log
+        if self._committed_only:
+            self._states = await self._client.producer_states()
         committed = log.offsets.fetch(self.group_id)
         for topic in self._topics:
             for part in log.partitions(topic):
@@ -410,6 +680,8 @@ class EmbeddedConsumer:
     async def getmany(self, timeout_ms: int, max_records: int) -> Mapping[TopicPartition, Sequence[Record]]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
+        if self._states is not None:
+            await _load_states(self._client, self._states, self._positions)
         while True:
             self._event.clear()
             out = self._read(max_records)
@@ -444,6 +716,19 @@ class EmbeddedConsumer:
             if position > part.high_watermark:
                 position = self._reset_out_of_range(tp, part, position)
             if position >= part.high_watermark:
+                continue
+            if self._states is not None:
+                try:
+                    read = _read_committed(part, self._states, position, budget)
+                except OffsetOutOfRangeError:
+                    self._reset_out_of_range(tp, part, position)
+                    continue
+                if read is None:
+                    continue
+                committed, self._positions[tp] = read
+                if committed:
+                    out[tp] = committed
+                    budget -= len(committed)
                 continue
             try:
                 data = part.read(position, MAX_FETCH_BYTES)
@@ -484,8 +769,9 @@ class EmbeddedConsumer:
 class EmbeddedReader:
     """A ``PartitionReader`` straight over the data directory's partitions."""
 
-    def __init__(self, client: EmbeddedLogClient) -> None:
+    def __init__(self, client: EmbeddedLogClient, isolation_level: str = "read_uncommitted") -> None:
         self._client = client
+        self._committed_only = isolation_level == READ_COMMITTED
 
     def _partition(self, tp: TopicPartition) -> Partition:
         try:
@@ -502,6 +788,16 @@ class EmbeddedReader:
         high_watermark = part.high_watermark
         if offset >= high_watermark:
             return ReadChunk((), offset, high_watermark)
+        if self._committed_only:
+            states = await self._client.producer_states()
+            await _load_states(self._client, states, [tp])
+            try:
+                read = _read_committed(part, states, offset, max_records)
+            except OffsetOutOfRangeError as exc:
+                raise TransportError(f"cannot read {tp} from offset {offset}: {exc}") from exc
+            if read is None:
+                return ReadChunk((), offset, high_watermark)
+            return ReadChunk(read[0], read[1], high_watermark)
         try:
             data = part.read(offset, MAX_FETCH_BYTES)
         except OffsetOutOfRangeError as exc:
@@ -517,6 +813,38 @@ class EmbeddedReader:
 
     async def aclose(self) -> None:
         return None  # nothing of its own to release: the client owns the log
+
+
+async def _run_blocking(fn: Any, *args: Any) -> Any:
+    return await asyncio.to_thread(fn, *args)
+
+
+async def _load_states(client: EmbeddedLogClient, states: ProducerStates, tps: Any) -> None:
+    """Load the producer state of ``tps`` not loaded yet (a scan of batch headers: off the loop)."""
+    log = client.log
+    for tp in tps:
+        if states.peek(tp) is None:
+            try:
+                part = log.partition(tp.topic, tp.partition)
+            except LogError:
+                continue
+            await asyncio.to_thread(states.load, part)
+
+
+def _read_committed(
+    part: Partition, states: ProducerStates, position: int, max_records: int
+) -> tuple[list[Record], int] | None:
+    """Committed records of ``part`` from ``position`` and where to go on; None when nothing
+    below the last stable offset is left to read."""
+    state = states.peek(part.tp)
+    stable = last_stable_offset(state, part.high_watermark)
+    if position >= stable:
+        return None
+    data = part.read(position, MAX_FETCH_BYTES)
+    if not data:
+        return None
+    records, next_offset = committed_records(data, position, stable, list(state.aborted) if state else [], max_records)
+    return records, next_offset
 
 
 def _next_offset(data: bytes, position: int) -> int:

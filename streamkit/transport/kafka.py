@@ -12,11 +12,21 @@ last (aio-libs/aiokafka#1168). The coordinator must treat changed protocols as a
 rebalance (Kafka's rule), so two members that got one JoinGroup out of step rebalanced each
 other every retry backoff, forever. The price: a consumer that offers only other protocols
 (plain "range") cannot join a streamkit app's group (INCONSISTENT_GROUP_PROTOCOL).
+
+Exactly-once: ``KafkaTransactionalProducer`` is aiokafka's transactional producer behind the
+same batching (``send_batch`` of transactional batches), with offsets sent to the transaction.
+Fencing is by transactional id (one per worker, ``runtime/worker.py``): a worker restarted on
+its state directory fences the instance it replaces. aiokafka's TxnOffsetCommit (v0) carries
+no group generation, so a live zombie that lost its partitions (a worker paused past its
+session timeout, still running) is not fenced by the group as KIP-447 does: its next commit
+can still succeed. A dead worker's open transaction is aborted by its replacement's
+InitProducerId (same state directory) or by the transaction timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -32,17 +42,22 @@ from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberAssignment,
     ConsumerProtocolMemberMetadata,
 )
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from aiokafka.errors import KafkaError, ProducerFenced, TopicAlreadyExistsError
 
 from streamkit._core.types import TopicPartition
 from streamkit.transport.base import (
+    READ_UNCOMMITTED,
     BatchAck,
     ConsumerRecord,
     Header,
+    ProducerFencedError,
     ReadChunk,
     RebalanceListener,
     RecordMetadata,
+    TransactionAbortedError,
+    TransactionalProducer,
     TransportError,
+    check_isolation_level,
 )
 from streamkit.transport.kafka_tools import KafkaTools
 from streamkit.transport.placement import (
@@ -130,18 +145,23 @@ class KafkaLogClient:
     def producer(self) -> KafkaProducer:
         return KafkaProducer(self.bootstrap_servers)
 
-    def reader(self) -> KafkaReader:
-        return KafkaReader(self.bootstrap_servers)
+    def transactional_producer(self, transactional_id: str, *, timeout_ms: int = 60_000) -> TransactionalProducer:
+        return KafkaTransactionalProducer(self.bootstrap_servers, transactional_id, timeout_ms)
 
-    def consumer(self, group_id: str, *, auto_offset_reset: str = "earliest") -> KafkaConsumer:
-        return KafkaConsumer(self.bootstrap_servers, group_id, auto_offset_reset)
+    def reader(self, *, isolation_level: str = READ_UNCOMMITTED) -> KafkaReader:
+        return KafkaReader(self.bootstrap_servers, check_isolation_level(isolation_level))
+
+    def consumer(
+        self, group_id: str, *, auto_offset_reset: str = "earliest", isolation_level: str = READ_UNCOMMITTED
+    ) -> KafkaConsumer:
+        return KafkaConsumer(self.bootstrap_servers, group_id, auto_offset_reset, check_isolation_level(isolation_level))
 
 
 class KafkaReader:
     """A ``PartitionReader`` through a group-less consumer (``KafkaTools.fetch``)."""
 
-    def __init__(self, bootstrap_servers: str) -> None:
-        self._tools = KafkaTools(bootstrap_servers)
+    def __init__(self, bootstrap_servers: str, isolation_level: str = READ_UNCOMMITTED) -> None:
+        self._tools = KafkaTools(bootstrap_servers, isolation_level=isolation_level)
 
     async def bounds(self, tp: TopicPartition) -> tuple[int, int]:
         return await self._tools.offsets(tp.topic, tp.partition)
@@ -187,14 +207,10 @@ class KafkaProducer:
     wait for hand-over (aiokafka takes one more per partition only when the last is drained).
     """
 
-    def __init__(self, bootstrap_servers: str) -> None:
-        self._producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap_servers,
-            acks="all",
-            linger_ms=5,
-            max_batch_size=1024 * 1024,
-            request_timeout_ms=30_000,
-        )
+    def __init__(self, bootstrap_servers: str, **options: Any) -> None:
+        self._bootstrap_servers = bootstrap_servers
+        self._options = options  # more aiokafka settings (a transactional id)
+        self._producer = self._make_producer()
         self._started = False
         self._open: dict[tuple[str, int], _Batch] = {}
         self._ready: dict[tuple[str, int], deque[_Batch]] = {}
@@ -204,6 +220,16 @@ class KafkaProducer:
         self._failures: list[BaseException] = []
         self._taken: dict[tuple[str, int], asyncio.Future[None]] = {}
         self._scheduled = False
+
+    def _make_producer(self) -> AIOKafkaProducer:
+        return AIOKafkaProducer(
+            bootstrap_servers=self._bootstrap_servers,
+            acks="all",
+            linger_ms=5,
+            max_batch_size=1024 * 1024,
+            request_timeout_ms=30_000,
+            **self._options,
+        )
 
     async def start(self) -> None:
         if not self._started:
@@ -299,9 +325,15 @@ class KafkaProducer:
         future.add_done_callback(self._undelivered.discard)
         return _Batch(self._producer.create_batch(), future)
 
+    def _holding(self) -> bool:
+        """Whether batches must wait before hand-over (a transaction is ending)."""
+        return False
+
     def _kick(self) -> None:
         """Start a hand-over for every partition with records and none running."""
         self._scheduled = False
+        if self._holding():
+            return
         for tp in [*self._open, *self._ready]:
             if tp not in self._handing:
                 self._handing.add(tp)
@@ -319,7 +351,7 @@ class KafkaProducer:
     async def _hand_over(self, tp: tuple[str, int]) -> None:
         """Hand ``tp``'s queued batches, then its open one, to aiokafka, in order."""
         try:
-            while True:
+            while not self._holding():
                 queue = self._ready.get(tp)
                 if queue:
                     batch = queue.popleft()
@@ -375,6 +407,137 @@ class KafkaProducer:
         if self._failures:
             failures, self._failures = self._failures, []
             raise TransportError(f"{len(failures)} batch(es) failed, first: {failures[0]}") from failures[0]
+
+
+class KafkaTransactionalProducer(KafkaProducer):
+    """A transactional producer through aiokafka (``TransactionalProducer``).
+
+    A transaction is always open between ``start`` and ``aclose``: the next begins as the
+    last commits or aborts. While one ends, batches wait before hand-over (aiokafka refuses
+    them outside a transaction) and go into the next. A fenced producer (another instance
+    took the transactional id, or the coordinator timed the transaction out) cannot go on in
+    aiokafka: ``abort_transaction`` replaces it with a new one, which takes a new epoch (its
+    InitProducerId aborts what the old one left open). After any failed commit it does so,
+    since aiokafka cannot tell a fence from a timed-out transaction and leaves its state
+    machine broken after either.
+    """
+
+    def __init__(self, bootstrap_servers: str, transactional_id: str, timeout_ms: int) -> None:
+        super().__init__(
+            bootstrap_servers, transactional_id=transactional_id, transaction_timeout_ms=timeout_ms,
+            enable_idempotence=True,
+        )
+        self.transactional_id = transactional_id
+        self.commits = 0
+        self.aborts = 0
+        self._ending = False
+        self._fenced = False
+        self._touched = False  # a batch or offsets went into the open transaction
+
+    @property
+    def transaction_open(self) -> bool:
+        return self._touched or bool(self._open) or bool(self._ready)
+
+    def _holding(self) -> bool:
+        return self._ending
+
+    def _kick(self) -> None:
+        if self._open or self._ready:
+            self._touched = True  # these batches go into the open (or, while one ends, the next) transaction
+        super()._kick()
+
+    async def start(self) -> None:
+        if not self._started:
+            await super().start()
+            await self._begin()
+
+    async def _begin(self) -> None:
+        try:
+            await self._producer.begin_transaction()
+        except KafkaError as exc:
+            raise TransportError(f"cannot begin a transaction as {self.transactional_id!r}: {exc}") from exc
+        self._touched = False
+
+    async def flush(self) -> None:
+        if self._open or self._ready:
+            self._touched = True
+        await super().flush()
+
+    async def commit_transaction(self, offsets: Mapping[TopicPartition, int], group_id: str) -> None:
+        try:
+            await self.flush()
+        except TransportError as exc:
+            # A batch the transaction lost (the producer fenced, or the transaction timed
+            # out): aiokafka's transaction state is broken, abort_transaction replaces it.
+            self._fenced = True
+            raise TransactionAbortedError(f"a send of the transaction failed: {exc}") from exc
+        if not self._touched and not offsets:
+            return
+        self._ending = True
+        try:
+            if offsets:
+                await self._producer.send_offsets_to_transaction(
+                    {KafkaTP(tp.topic, tp.partition): offset for tp, offset in offsets.items()}, group_id
+                )
+            await self._producer.commit_transaction()
+        except ProducerFenced as exc:
+            self._fenced = True
+            self._ending = False
+            raise ProducerFencedError(f"the transaction did not commit, the producer was fenced: {exc}") from exc
+        except KafkaError as exc:
+            self._fenced = True
+            self._ending = False
+            raise TransactionAbortedError(f"the transaction did not commit: {exc!r}") from exc
+        self.commits += 1
+        try:
+            await self._begin()  # batches sent meanwhile wait for it: they belong to the next
+        finally:
+            self._ending = False
+        self._kick()
+
+    async def abort_transaction(self) -> None:
+        self._ending = True
+        try:
+            for batch in [*self._open.values(), *(b for q in self._ready.values() for b in q)]:
+                self._fail(batch, TransactionAbortedError("the transaction was aborted"))
+            self._open.clear()
+            self._ready.clear()
+            if self._undelivered:
+                await asyncio.gather(*list(self._undelivered), return_exceptions=True)
+            self._failures.clear()
+            if not self._fenced:
+                try:
+                    await self._producer.abort_transaction()
+                except ProducerFenced:
+                    self._fenced = True
+                except KafkaError as exc:
+                    logger.warning("aborting the transaction failed, starting a new producer: %r", exc)
+                    self._fenced = True
+            if self._fenced:
+                await self._producer.stop()
+                self._producer = self._make_producer()
+                self._started = False
+                await super().start()
+                self._fenced = False
+            self.aborts += 1
+            await self._begin()
+        finally:
+            self._ending = False
+        self._kick()
+
+    async def aclose(self) -> None:
+        """Abort what was not committed: only ``commit_transaction`` makes records visible."""
+        if self._started:
+            self._ending = True
+            try:
+                if not self._fenced:  # a fenced aiokafka producer has no transaction to end
+                    with contextlib.suppress(KafkaError):
+                        await self._producer.abort_transaction()
+            finally:
+                self._started = False
+                for task in list(self._tasks):
+                    task.cancel()
+                await self._producer.stop()
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -435,13 +598,16 @@ def _assignor(placement: _Placement) -> type[AbstractPartitionAssignor]:
 
 
 class KafkaConsumer:
-    def __init__(self, bootstrap_servers: str, group_id: str, auto_offset_reset: str) -> None:
+    def __init__(
+        self, bootstrap_servers: str, group_id: str, auto_offset_reset: str, isolation_level: str = READ_UNCOMMITTED
+    ) -> None:
         self._placement = _Placement()
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=bootstrap_servers,
             group_id=group_id,
             enable_auto_commit=False,
             auto_offset_reset=auto_offset_reset,
+            isolation_level=isolation_level,
             # One assignor only: with more, aiokafka sends a JoinGroup per assignor on every
             # rejoin, and members joining together rebalance each other forever (module doc).
             partition_assignment_strategy=(_assignor(self._placement),),

@@ -166,9 +166,13 @@ class KafkaTools:
     consumer's per-partition fetch size: a call with another size restarts that consumer.
     """
 
-    def __init__(self, bootstrap_servers: str, *, request_timeout_ms: int = 15_000) -> None:
+    def __init__(
+        self, bootstrap_servers: str, *, request_timeout_ms: int = 15_000, isolation_level: str = "read_uncommitted"
+    ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.request_timeout_ms = request_timeout_ms
+        # read_committed: ``fetch`` reads below the last stable offset, without aborted records.
+        self.isolation_level = isolation_level
         self._admin: AIOKafkaAdminClient | None = None
         self._producers: dict[str, AIOKafkaProducer] = {}
         self._fetcher: AIOKafkaConsumer | None = None
@@ -419,7 +423,10 @@ class KafkaTools:
         the seek is for the position fetch() asked for.
         """
         polled_ms = consumer.last_poll_timestamp(tp)
-        high_watermark = consumer.highwater(tp)
+        if self.isolation_level == "read_committed":
+            high_watermark = consumer.last_stable_offset(tp)  # where committed reading ends
+        else:
+            high_watermark = consumer.highwater(tp)
         if polled_ms is None or high_watermark is None or polled_ms <= self._sought_ms[tp]:
             return None
         return int(high_watermark)
@@ -446,6 +453,7 @@ class KafkaTools:
                     group_id=None,
                     enable_auto_commit=False,
                     auto_offset_reset="none",  # fetch() always seeks; out of range is the caller's
+                    isolation_level=self.isolation_level,
                     fetch_max_wait_ms=_FETCH_WAIT_MS,
                     max_partition_fetch_bytes=self._fetch_bytes,
                     fetch_max_bytes=max(self._fetch_bytes, 50 * 1024 * 1024),

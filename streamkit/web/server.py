@@ -117,6 +117,7 @@ class WebServer:
                 "records_in": w.stats.records_in,
                 "dead_lettered": w.stats.dead_lettered,
                 "commits": w.stats.commits,
+                **w.guarantee_status(),
                 "committed": {str(tp): offset for tp, offset in sorted(w.committed.items())},
                 "lag": {str(tp): n for tp, n in sorted(w.lag().items())},
                 "failing_agents": w.failing_agents(),

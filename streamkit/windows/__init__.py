@@ -2,7 +2,8 @@
 
 Imports only ``streamkit._core``; wiring windows into tables, the DSL and the runtime lives
 above this package. See ``spec`` (declarations and close/expiry rules), ``keys`` (store key
-layout), ``session`` and ``sliding`` (per-record algorithms), ``aggregate`` (the driver).
+layout), ``session`` and ``sliding`` (per-record algorithms), ``aggregate`` (the driver), ``join``
+(the windowed stream-stream join driver).
 """
 
 from streamkit.windows.aggregate import (
@@ -15,6 +16,7 @@ from streamkit.windows.aggregate import (
     WindowResult,
     run,
 )
+from streamkit.windows.join import JoinResult, JoinRun, JoinStep, WindowJoin, run_join
 from streamkit.windows.keys import decode_window_key, encode_window_key, window_range
 from streamkit.windows.session import SessionMerge, merge_session
 from streamkit.windows.sliding import NewWindow, SlidingPlan, plan_sliding
@@ -27,6 +29,9 @@ __all__ = [
     "Aggregation",
     "Emit",
     "Hopping",
+    "JoinResult",
+    "JoinRun",
+    "JoinStep",
     "LateRecord",
     "NewWindow",
     "RunResult",
@@ -39,6 +44,7 @@ __all__ = [
     "StreamTime",
     "Tumbling",
     "WindowAggregator",
+    "WindowJoin",
     "WindowResult",
     "WindowSpec",
     "WindowStore",
@@ -48,5 +54,6 @@ __all__ = [
     "merge_session",
     "plan_sliding",
     "run",
+    "run_join",
     "window_range",
 ]

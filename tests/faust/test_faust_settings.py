@@ -103,7 +103,6 @@ def test_broker_urls_in_faust_forms(given: object, url: str) -> None:
         ({"topic_partitions": 0}, "topic_partitions must be an integer >= 1"),
         ({"web_port": 70000}, "port number"),
         ({"value_serializer": "pickle"}, "serializer 'pickle' is not offered here"),
-        ({"processing_guarantee": "exactly_once"}, "not offered yet"),
         ({"processing_guarantee": "sometimes"}, "must be one of"),
         ({"on_error": "ignore"}, "on_error must be one of dlq, stop"),
         ({"commit_interval": 0}, "above 0 seconds"),

@@ -10,7 +10,7 @@ import pytest
 
 import streamkit.windows
 
-MODULES = ["aggregate", "keys", "session", "sliding", "spec", "store", "streamtime", "wtable"]
+MODULES = ["aggregate", "join", "keys", "session", "sliding", "spec", "store", "streamtime", "wtable"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -82,6 +82,21 @@ class Broker:
         return self._state.port
 
     @property
+    def producers(self) -> ProducerStates:
+        """The log's producer state: in-process transactional appends go through it too."""
+        if self._state is None:
+            raise RuntimeError("the broker is not started")
+        return self._state.producers
+
+    @property
+    def transactions(self) -> TransactionCoordinator | None:
+        """The transaction coordinator (None with ``transactions=False``), for in-process
+        transactional producers (the embedded transport)."""
+        if self._state is None:
+            raise RuntimeError("the broker is not started")
+        return self._state.transactions
+
+    @property
     def host(self) -> str:
         return self.config.host
 

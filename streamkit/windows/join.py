@@ -1,0 +1,291 @@
+"""The windowed stream-stream join driver: records of two sides in, joined pairs and late records out.
+
+``WindowJoin`` pairs records of the same key from the left and the right side whose
+timestamps differ by at most ``within`` (Kafka Streams' ``JoinWindows`` with equal before and
+after), record by record in arrival order, over a ``WindowStore``; it does no I/O of its own
+and reads no clock. The engine wraps it per task with a table partition's store (so the join
+state has a changelog and recovers from it); the tests drive it with ``SortedMemoryStore``.
+Keys are bytes (the engine serializes them); values cross the store as bytes through each
+side's codec. The driver returns the pairs, the engine applies the user's joiner.
+
+Rules (Kafka Streams 3.1+, stream time shared by both sides of a task):
+
+* stream time is the largest timestamp seen on either side;
+* a record's join window is ``[ts - within, ts + within]``; it *closes* when stream time
+  passes ``ts + within + grace`` (``stream_time > ts + within + grace``): until then a record
+  of the other side, even out of order, may still arrive and pair with it;
+* a record is *late* when its window had closed before it arrived (or its timestamp is
+  negative): it pairs with nothing, is not stored, and is reported (the engine sends it to
+  ``<app>-late``);
+* a record pairs with every stored record of the other side with the same key and a
+  timestamp within ``within`` of its own, duplicates included, in order of their timestamp
+  and arrival; each pair is emitted at once with timestamp ``max(ts_left, ts_right)``;
+* ``how="left"`` also emits each left record that paired with nothing as ``(left, None)``,
+  ``"outer"`` each such left or right record (``(None, right)``), with the record's own
+  timestamp, once its window closed and never before (no spurious results). These come
+  before the pairs of the record that moved stream time, in order of timestamp and arrival;
+* as in Kafka Streams, a record stays joinable until it expires, so a record emitted unpaired
+  can still pair with an out-of-order record of the other side whose own window is open (a
+  right record at ``ts + within`` is not late until stream time passes
+  ``ts + 2 * within + grace``). Records expire, and leave the store, when stream time passes
+  ``ts + 2 * within + grace`` (Kafka Streams' retention: before + after + grace), in steps
+  of a quarter of that; no record that is not late can pair with an expired one, so state
+  stays bounded without changing answers.
+
+Store layout (all keys of one join task share one store; *wk* is
+``keys.encode_window_key(key, ts, seq)``, *side* ``b"L"`` or ``b"R"``)::
+
+    0x00 "progress"                          -> 16 bytes: stream time, the next arrival
+                                                number (each keys.encode_ms)
+    0x01 side wk                             -> the record's value bytes
+    0x02 ts(8) side wk                       -> b""  (every stored record by time: expiry)
+    0x03 ts(8) seq(8) side wk                -> b""  (unpaired records that may be emitted
+                                                      unpaired: left for left joins, both
+                                                      sides for outer joins)
+
+*seq* numbers stored records in arrival order, so duplicates (same key, side and timestamp)
+are kept apart and come out in the order they arrived. Progress lives in the store, so a
+restored store carries on with the same answers.
+
+>>> join = WindowJoin(10_000, 0, "left")
+>>> join.process("left", b"order-1", 1_000, b"o1").results
+[]
+>>> join.process("right", b"order-1", 8_000, b"p1").results
+[JoinResult(key=b'order-1', ts_ms=8000, left=b'o1', right=b'p1')]
+>>> join.process("left", b"order-2", 9_000, b"o2").results
+[]
+>>> [r.right for r in join.process("left", b"order-3", 19_001, b"o3").results]
+[None]
+>>> join.process("right", b"order-2", 100, b"p0").late.reason
+'window-closed'
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from streamkit._core.errors import ConfigError
+from streamkit.windows.aggregate import LateRecord
+from streamkit.windows.keys import (
+    decode_ms,
+    decode_window_key,
+    encode_ms,
+    encode_window_key,
+    window_range,
+)
+from streamkit.windows.store import SortedMemoryStore, WindowStore
+from streamkit.windows.streamtime import StreamTime
+
+Side = Literal["left", "right"]
+JoinKind = Literal["inner", "left", "outer"]
+JOIN_KINDS: tuple[str, ...] = ("inner", "left", "outer")
+
+_META = b"\x00"
+_PROGRESS_KEY = _META + b"progress"
+_DATA = b"\x01"
+_BY_TIME = b"\x02"
+_UNPAIRED = b"\x03"
+_UNPAIRED_END = b"\x04"
+_SIDE_BYTE = {"left": b"L", "right": b"R"}
+_SIDE_OF = {b"L": "left", b"R": "right"}
+_OTHER: dict[str, Side] = {"left": "right", "right": "left"}
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+@dataclass(frozen=True)
+class Codec:
+    """How one side's values cross the store: ``dumps(value) -> bytes``, ``loads(bytes)``.
+    The default keeps bytes values as they are."""
+
+    dumps: Callable[[Any], bytes] = _identity
+    loads: Callable[[bytes], Any] = _identity
+
+
+@dataclass(frozen=True)
+class JoinResult:
+    """One output of the join: a pair, or an unpaired record (the other side ``None``)."""
+
+    key: bytes
+    ts_ms: int
+    left: Any
+    right: Any
+
+
+@dataclass
+class JoinStep:
+    """What one record produced: results in emit order, or why it was late."""
+
+    results: list[JoinResult] = field(default_factory=list)
+    late: LateRecord[Any] | None = None
+
+
+class WindowJoin:
+    """Joins two sides' records within ``within_ms`` of each other, per key, in a ``WindowStore``."""
+
+    def __init__(
+        self,
+        within_ms: int,
+        grace_ms: int = 0,
+        how: str = "inner",
+        store: WindowStore | None = None,
+        *,
+        left: Codec | None = None,
+        right: Codec | None = None,
+    ) -> None:
+        if how not in JOIN_KINDS:
+            raise ConfigError(f"a stream-stream join is one of {JOIN_KINDS}, not {how!r}")
+        if within_ms < 0 or grace_ms < 0:
+            raise ConfigError(f"a join window needs within >= 0 and grace >= 0, not {within_ms} ms and {grace_ms} ms")
+        self.within_ms = within_ms
+        self.grace_ms = grace_ms
+        self.how = how
+        self.store: WindowStore = store if store is not None else SortedMemoryStore()
+        self._codecs = {"left": left or Codec(), "right": right or Codec()}
+        # The sides whose unpaired records are emitted with None on the other side.
+        self._outer_sides = {"inner": (), "left": ("left",), "outer": ("left", "right")}[how]
+        raw = self.store.get(_PROGRESS_KEY)
+        self.stream_time = StreamTime(decode_ms(raw[:8]) if raw is not None else -1)
+        self._seq = decode_ms(raw[8:]) if raw is not None else 0
+        # Where the last close and expiry scans stopped: everything below was handled then,
+        # and no record can come below them since, so the next scans start there.
+        span = within_ms + grace_ms
+        self._closed_below = self.stream_time.ms - span
+        self._expired_below = self._closed_below - within_ms
+        # Expiry runs when it can drop at least this much of stream time at once (state stays
+        # under retention + step; answers do not depend on when expired records leave).
+        self._expire_step_ms = max(1, (2 * within_ms + grace_ms) // 4)
+        # Timestamps of the unpaired marks not yet closed (a mark paired since may linger:
+        # it only costs a scan), so an advance that closes none reads nothing.
+        self._marks: list[int] = []
+        if self._outer_sides:
+            for mark, _ in self.store.range(_UNPAIRED, _UNPAIRED_END):
+                self._marks.append(decode_ms(mark[1:9]))
+            heapq.heapify(self._marks)
+
+    # -- records --------------------------------------------------------------------------
+
+    def process(self, side: Side, key: bytes, ts_ms: int, value: Any) -> JoinStep:
+        """Join one record of ``side``; what it emitted, or why it is late."""
+        step = JoinStep()
+        if side not in _SIDE_BYTE:
+            raise ConfigError(f"a join side is 'left' or 'right', not {side!r}")
+        if ts_ms < 0:
+            step.late = LateRecord(key, ts_ms, value, "negative-timestamp", self.stream_time.ms)
+            return step
+        if ts_ms + self.within_ms + self.grace_ms < self.stream_time.ms:
+            step.late = LateRecord(key, ts_ms, value, "window-closed", self.stream_time.ms)
+            return step
+        if self.stream_time.advance(ts_ms):
+            self._emit_closed(step.results)
+        other = _OTHER[side]
+        other_byte = _SIDE_BYTE[other]
+        other_loads = self._codecs[other].loads
+        lo, hi = window_range(key, ts_ms - self.within_ms, ts_ms + self.within_ms)
+        paired = False
+        unpair_other = other in self._outer_sides
+        for data_key, raw in list(self.store.range(_DATA + other_byte + lo, _DATA + other_byte + hi)):
+            paired = True
+            _k, other_ts, other_seq = decode_window_key(data_key[2:])
+            other_value = other_loads(raw)
+            if side == "left":
+                step.results.append(JoinResult(key, max(ts_ms, other_ts), value, other_value))
+            else:
+                step.results.append(JoinResult(key, max(ts_ms, other_ts), other_value, value))
+            if unpair_other:
+                mark = _UNPAIRED + encode_ms(other_ts) + encode_ms(other_seq) + data_key[1:]
+                if self.store.get(mark) is not None:
+                    self.store.delete(mark)
+        seq = self._seq
+        self._seq += 1
+        self.store.put(_PROGRESS_KEY, encode_ms(self.stream_time.ms) + encode_ms(self._seq))
+        side_byte = _SIDE_BYTE[side]
+        wk = encode_window_key(key, ts_ms, seq)
+        self.store.put(_DATA + side_byte + wk, self._codecs[side].dumps(value))
+        self.store.put(_BY_TIME + encode_ms(ts_ms) + side_byte + wk, b"")
+        if not paired and side in self._outer_sides:
+            self.store.put(_UNPAIRED + encode_ms(ts_ms) + encode_ms(seq) + side_byte + wk, b"")
+            heapq.heappush(self._marks, ts_ms)
+        return step
+
+    def _emit_closed(self, out: list[JoinResult]) -> None:
+        """Emit the unpaired records whose window closed, then drop the expired records."""
+        now = self.stream_time.ms
+        close_below = now - self.within_ms - self.grace_ms  # closed: ts < close_below
+        marks = self._marks
+        if marks and marks[0] < close_below:
+            while marks and marks[0] < close_below:
+                heapq.heappop(marks)
+            lo = _UNPAIRED + encode_ms(self._closed_below)
+            for mark, _ in list(self.store.range(lo, _UNPAIRED + encode_ms(close_below))):
+                side = _SIDE_OF[mark[17:18]]
+                key, ts, _seq = decode_window_key(mark[18:])
+                raw = self.store.get(_DATA + mark[17:])
+                self.store.delete(mark)
+                if raw is None:  # cannot happen: a record is stored until it expires, after closing
+                    continue
+                value = self._codecs[side].loads(raw)
+                out.append(JoinResult(key, ts, value, None) if side == "left" else JoinResult(key, ts, None, value))
+        self._closed_below = close_below
+        expire_below = close_below - self.within_ms  # expired: ts < now - 2 * within - grace
+        if expire_below - self._expired_below >= self._expire_step_ms:
+            lo = _BY_TIME + encode_ms(self._expired_below)
+            for index_key, _ in list(self.store.range(lo, _BY_TIME + encode_ms(expire_below))):
+                self.store.delete(index_key)
+                self.store.delete(_DATA + index_key[9:])
+            self._expired_below = expire_below
+
+    # -- reading --------------------------------------------------------------------------
+
+    def stored(self) -> Iterator[tuple[Side, bytes, int, Any]]:
+        """The records held for joining: ``(side, key, ts_ms, value)`` in order of side, key,
+        timestamp and arrival."""
+        for data_key, raw in self.store.range(_DATA, _BY_TIME):
+            side: Side = "left" if data_key[1:2] == b"L" else "right"
+            key, ts, _seq = decode_window_key(data_key[2:])
+            yield side, key, ts, self._codecs[side].loads(raw)
+
+    def unpaired(self) -> Iterator[tuple[Side, bytes, int]]:
+        """The records waiting for their window to close to be emitted unpaired, in emit order."""
+        for mark, _ in self.store.range(_UNPAIRED, _UNPAIRED_END):
+            side: Side = "left" if mark[17:18] == b"L" else "right"
+            key, ts, _seq = decode_window_key(mark[18:])
+            yield side, key, ts
+
+
+@dataclass
+class JoinRun:
+    """Everything ``run_join`` saw: the results and late records in order."""
+
+    results: list[JoinResult]
+    late: list[LateRecord[Any]]
+    stream_time_ms: int
+
+
+def run_join(
+    within_ms: int,
+    grace_ms: int,
+    how: str,
+    records: Iterable[tuple[Side, bytes, int, Any]],
+    store: WindowStore | None = None,
+) -> JoinRun:
+    """Join ``records`` ``(side, key, ts_ms, value)`` in order with a fresh driver.
+
+    >>> run = run_join(5, 0, "inner", [("left", b"k", 10, b"a"), ("right", b"k", 14, b"b")])
+    >>> [(r.ts_ms, r.left, r.right) for r in run.results]
+    [(14, b'a', b'b')]
+    """
+    join = WindowJoin(within_ms, grace_ms, how, store)
+    results: list[JoinResult] = []
+    late: list[LateRecord[Any]] = []
+    for side, key, ts, value in records:
+        step = join.process(side, key, ts, value)
+        results.extend(step.results)
+        if step.late is not None:
+            late.append(step.late)
+    return JoinRun(results, late, join.stream_time.ms)

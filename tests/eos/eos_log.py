@@ -1,0 +1,129 @@
+"""The exactly-once app's log as the tests see it from outside a worker: inputs produced to
+``events`` (value: a unique input id), the outputs read committed or not, the changelog's
+bounds and the local table state (read-only, while no worker runs)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from streamkit._core.partitioner import partition_for_key
+from streamkit._core.types import TopicPartition
+from streamkit.tables.store import RocksStore
+from streamkit.transport.base import open_log_client
+
+PARTITIONS = 3
+
+
+async def produce(url: str, pairs: list[tuple[str, int]]) -> None:
+    client = open_log_client(url)
+    await client.start()
+    try:
+        await client.ensure_topic("events", PARTITIONS)
+        producer = client.producer()
+        await producer.start()
+        now_ms = int(time.time() * 1000)
+        for key, value in pairs:
+            raw = key.encode()
+            wait = producer.send_nowait("events", partition_for_key(raw, PARTITIONS), raw, str(value).encode(), now_ms)
+            if wait is not None:
+                await wait
+        await producer.aclose()
+    finally:
+        await client.aclose()
+
+
+async def outputs(url: str, isolation_level: str) -> list[tuple[str, int, int]]:
+    """Every record of ``results``: (key, input id, count), per partition in offset order."""
+    client = open_log_client(url)
+    await client.start()
+    reader = client.reader(isolation_level=isolation_level)
+    out: list[tuple[str, int, int]] = []
+    try:
+        for p in range(PARTITIONS):
+            tp = TopicPartition("results", p)
+            offset, end = await reader.bounds(tp)
+            while offset < end:
+                chunk = await reader.read(tp, offset, 10_000)
+                if chunk.next_offset <= offset:
+                    break
+                for r in chunk.records:
+                    ident, _, n = json.loads(r.value or b'""').partition(":")
+                    out.append(((r.key or b"").decode(), int(ident), int(n)))
+                offset = chunk.next_offset
+    finally:
+        await reader.aclose()
+        await client.aclose()
+    return out
+
+
+async def committed(url: str) -> int:
+    client = open_log_client(url)
+    await client.start()
+    consumer = client.consumer("eoscount")
+    try:
+        return sum([await consumer.committed(TopicPartition("events", p)) or 0 for p in range(PARTITIONS)])
+    finally:
+        await consumer.aclose()
+        await client.aclose()
+
+
+def local_offsets(state: Path) -> dict[int, int | None]:
+    out: dict[int, int | None] = {}
+    for p in range(PARTITIONS):
+        path = state / "counts" / str(p)
+        if not path.exists():
+            out[p] = None
+            continue
+        store = RocksStore(str(path), read_only=True)
+        try:
+            out[p] = store.changelog_offset
+        finally:
+            store.close()
+    return out
+
+
+def local_table(state: Path) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for p in range(PARTITIONS):
+        store = RocksStore(str(state / "counts" / str(p)), read_only=True)
+        try:
+            out.update((k.decode(), int(v)) for k, v in store.items())
+        finally:
+            store.close()
+    return out
+
+
+def reference(pairs: list[tuple[str, int]]) -> dict[str, int]:
+    model: dict[str, int] = {}
+    for key, _ident in pairs:
+        model[key] = model.get(key, 0) + 1
+    return model
+
+
+async def changelog_table(url: str) -> dict[str, int]:
+    """The latest committed value of each key of the table's changelog."""
+    client = open_log_client(url)
+    await client.start()
+    reader = client.reader(isolation_level="read_committed")
+    table: dict[str, int] = {}
+    try:
+        for p in range(PARTITIONS):
+            tp = TopicPartition("eoscount-counts-changelog", p)
+            offset, end = await reader.bounds(tp)
+            while offset < end:
+                chunk = await reader.read(tp, offset, 10_000)
+                if chunk.next_offset <= offset:
+                    break
+                for r in chunk.records:
+                    key = (r.key or b"").decode()
+                    if r.value is None:
+                        table.pop(key, None)
+                    else:
+                        table[key] = int(r.value)
+                offset = chunk.next_offset
+    finally:
+        await reader.aclose()
+        await client.aclose()
+    return table

@@ -1,0 +1,171 @@
+"""The chaos test of exactly-once on the embedded log: a real ``streamkit worker`` subprocess
+counting into a table and writing one output per input is SIGKILLed at 10 random points of
+its run and restarted each time, then left to finish.
+
+Exactly-once: the read_committed output holds each input's output exactly once, with the
+count each key had at that input (so no update was applied twice or lost); the local RocksDB
+table equals the reference; each restart restored only the changelog tail past what the
+local state recorded (no wipe). At-least-once, same kills: nothing is lost, but inputs are
+processed again after a kill, so the output holds duplicates: the difference the setting
+makes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.eos.eos_log import committed, local_offsets, local_table, outputs, produce, reference
+
+HERE = Path(__file__).resolve().parent
+STREAMKIT = str(Path(sys.executable).parent / "streamkit")
+KEYS = [f"k{i}" for i in range(200)]
+RECORDS = 40_000
+KILLS = 10
+RESTORED = re.compile(r"table counts partition (\d+): restored (\d+) records \(offsets (\d+)\.\.(\d+)\)")
+
+
+def _start(tmp: Path, env: dict[str, str], guarantee: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [STREAMKIT, "worker", "-A", "eos_app:app", "--progress-interval", "0", "--processing-guarantee", guarantee],
+        env=env, cwd=tmp, stderr=subprocess.PIPE, text=True,
+    )
+
+
+async def _wait_for_line(proc: subprocess.Popen[str], pattern: str, seen: list[str], timeout: float = 60) -> None:
+    assert proc.stderr is not None
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        line = await asyncio.wait_for(asyncio.to_thread(proc.stderr.readline), deadline - loop.time())
+        if not line:
+            raise AssertionError(f"worker exited before {pattern!r}:\n{''.join(seen[-30:])}")
+        seen.append(line)
+        if re.search(pattern, line):
+            return
+    raise AssertionError(f"no {pattern!r} in time:\n{''.join(seen[-30:])}")
+
+
+def _drain(proc: subprocess.Popen[str], seen: list[str]) -> None:
+    assert proc.stderr is not None
+    seen.extend(proc.stderr.readlines())
+    proc.stderr.close()
+
+
+async def _chaos(tmp_path: Path, guarantee: str, seed: int) -> tuple[list[tuple[str, int]], list[str], list[str]]:
+    """Preload, kill the worker KILLS times at random points, let it finish; the inputs and
+    the stderr of every run, and the outputs the CLI read committed through the last run's
+    wire protocol. Asserts, per restart, that only the changelog tail was replayed."""
+    rng = random.Random(seed)
+    url = f"file://{tmp_path / 'log'}"
+    state = tmp_path / ".streamkit-state" / "eoscount"
+    env = {**os.environ, "EOS_BROKER": url, "EOS_COMMIT_S": "0.2", "EOS_PAUSE_EVERY": "5", "PYTHONPATH": str(HERE)}
+    pairs = [(rng.choice(KEYS), i) for i in range(RECORDS)]
+    await produce(url, pairs)
+    logs: list[str] = []
+    progress: list[int] = []
+    for _ in range(KILLS):
+        before = local_offsets(state)
+        seen: list[str] = []
+        proc = _start(tmp_path, env, guarantee)
+        try:
+            await _wait_for_line(proc, r"assigned ", seen)
+            await asyncio.sleep(rng.uniform(0.05, 0.8))  # a random point of the run, not a condition
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        _drain(proc, seen)
+        text = "".join(seen)
+        assert "thrown away" not in text, f"seed {seed}: local state was wiped:\n{text}"
+        for match in RESTORED.finditer(text):
+            p, records, start, end = (int(g) for g in match.groups())
+            local = before.get(p) or 0
+            # The restore began where the local state stood: only the tail was replayed.
+            assert start == local, f"seed {seed}: partition {p} replayed from {start}, state was at {local}"
+            assert records <= end - start
+        logs.append(text)
+        progress.append(await committed(url))
+    # Most kills hit a worker in the middle of the input, not an idle one.
+    assert sum(1 for n in progress if n < RECORDS) >= KILLS // 2, f"seed {seed}: committed after each kill {progress}"
+    seen = []
+    proc = _start(tmp_path, env, guarantee)
+    try:
+        await _wait_for_line(proc, r"assigned ", seen)
+        for _ in range(1200):
+            if await committed(url) >= RECORDS:
+                break
+            await asyncio.sleep(0.1)
+        # While the worker owns the log, the CLI reads through its wire protocol (aiokafka,
+        # isolation.level=read_committed, the killed runs' aborted transactions in the log).
+        live = await asyncio.to_thread(_consume_lines, tmp_path / "log", "read_committed")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    _drain(proc, seen)
+    logs.append("".join(seen))
+    return pairs, logs, live
+
+
+def _consume_lines(data_dir: Path, isolation_level: str) -> list[str]:
+    result = subprocess.run(
+        [STREAMKIT, "consume", "results", "--from-beginning", "--isolation-level", isolation_level,
+         "--data-dir", str(data_dir)],
+        capture_output=True, text=True, timeout=120, check=True,
+    )
+    return result.stdout.splitlines()
+
+
+@pytest.mark.slow
+async def test_exactly_once_survives_sigkill_with_no_duplicate_and_no_loss(tmp_path: Path) -> None:
+    seed = random.randrange(1 << 30)
+    pairs, logs, live = await _chaos(tmp_path, "exactly_once", seed)
+    url = f"file://{tmp_path / 'log'}"
+    out = await outputs(url, "read_committed")
+    ids = Counter(ident for _key, ident, _n in out)
+    assert set(ids) == {ident for _key, ident in pairs}, f"seed {seed}: lost outputs"
+    twice = [i for i, n in ids.items() if n > 1]
+    assert not twice, f"seed {seed}: {len(twice)} inputs have more than one committed output"
+    per_key: dict[str, list[int]] = {}
+    for key, _ident, n in out:
+        per_key.setdefault(key, []).append(n)
+    assert all(ns == list(range(1, len(ns) + 1)) for ns in per_key.values()), f"seed {seed}: counts skipped or repeated"
+    assert local_table(tmp_path / ".streamkit-state" / "eoscount") == reference(pairs), f"seed {seed}"
+    # The killed runs left transactions open; they were aborted, so an uncommitted reader
+    # sees their records too (which is why the app's consumers read committed).
+    assert len(await outputs(url, "read_uncommitted")) >= len(out)
+    # The restarts restored something: the test exercised recovery, not only fresh starts.
+    assert sum(len(RESTORED.findall(text)) for text in logs) >= KILLS
+    # The CLI reads the same committed output: over the wire while the worker ran, and from
+    # the directory itself once it stopped.
+    expected = sorted(f'"{ident}:{n}"' for _key, ident, n in out)
+    assert sorted(live) == expected, f"seed {seed}"
+    assert sorted(_consume_lines(tmp_path / "log", "read_committed")) == expected, f"seed {seed}"
+
+
+@pytest.mark.slow
+async def test_at_least_once_under_the_same_kills_duplicates_but_loses_nothing(tmp_path: Path) -> None:
+    seed = random.randrange(1 << 30)
+    pairs, _logs, _live = await _chaos(tmp_path, "at_least_once", seed)
+    out = await outputs(f"file://{tmp_path / 'log'}", "read_uncommitted")
+    ids = Counter(ident for _key, ident, _n in out)
+    assert set(ids) == {ident for _key, ident in pairs}, f"seed {seed}: lost outputs"
+    assert any(n > 1 for n in ids.values()), f"seed {seed}: no input was processed twice after {KILLS} kills"
+    table = local_table(tmp_path / ".streamkit-state" / "eoscount")
+    model = reference(pairs)
+    assert set(table) == set(model)
+    assert all(table[k] >= v for k, v in model.items()), f"seed {seed}: lost updates"

@@ -1,0 +1,113 @@
+"""Exactly-once on ``streamkit broker`` with two workers: both count into the table and write
+outputs; one is SIGKILLed mid-stream and replaced by a worker on its state directory (a
+restarted pod on its volume), which takes its transactional id and so fences it: the killed
+worker's open transaction is aborted at once. The group rebalances; at the end the
+read_committed output holds each input's output exactly once, with the count the key had at
+that input, and the changelog's committed values equal the reference."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.eos.eos_log import changelog_table, committed, outputs, produce, reference
+
+HERE = Path(__file__).resolve().parent
+STREAMKIT = str(Path(sys.executable).parent / "streamkit")
+KEYS = [f"k{i}" for i in range(200)]
+RECORDS = 20_000
+
+
+def _start(tmp: Path, env: dict[str, str], url: str, state: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [STREAMKIT, "worker", "-A", "eos_app:app", "--broker", url, "--state-dir", str(state),
+         "--progress-interval", "0", "--processing-guarantee", "exactly_once"],
+        env=env, cwd=tmp, stderr=subprocess.PIPE, text=True,
+    )
+
+
+async def _wait_for_line(proc: subprocess.Popen[str], pattern: str, seen: list[str], timeout: float = 90) -> None:
+    import re
+
+    assert proc.stderr is not None
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        line = await asyncio.wait_for(asyncio.to_thread(proc.stderr.readline), deadline - loop.time())
+        if not line:
+            raise AssertionError(f"worker exited before {pattern!r}:\n{''.join(seen[-30:])}")
+        seen.append(line)
+        if re.search(pattern, line):
+            return
+    raise AssertionError(f"no {pattern!r} in time:\n{''.join(seen[-30:])}")
+
+
+def _stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> int:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    try:
+        return proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+
+@pytest.mark.slow
+async def test_two_workers_one_killed_and_replaced_no_duplicate_no_loss(broker: Any, tmp_path: Path) -> None:
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    url = f"kafka://{broker.bootstrap}"
+    env = {**os.environ, "EOS_COMMIT_S": "0.2", "EOS_PAUSE_EVERY": "5", "PYTHONPATH": str(HERE)}
+    pairs = [(rng.choice(KEYS), i) for i in range(RECORDS)]
+    await produce(url, pairs)
+    seen_a: list[str] = []
+    seen_b: list[str] = []
+    seen_c: list[str] = []
+    a = _start(tmp_path, env, url, tmp_path / "state-a")
+    b = _start(tmp_path, env, url, tmp_path / "state-b")
+    procs = [a, b]
+    try:
+        await _wait_for_line(a, r"assigned ", seen_a)
+        await _wait_for_line(b, r"assigned ", seen_b)
+        await asyncio.sleep(rng.uniform(0.3, 1.5))  # a random point of the run, not a condition
+        a.send_signal(signal.SIGKILL)
+        a.wait(timeout=30)
+        before = await committed(url)
+        assert before < RECORDS, f"seed {seed}: the kill came after the end ({before})"
+        c = _start(tmp_path, env, url, tmp_path / "state-a")
+        procs.append(c)
+        await _wait_for_line(c, r"assigned ", seen_c)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 180
+        while await committed(url) < RECORDS:
+            assert loop.time() < deadline, f"seed {seed}: not done in time ({await committed(url)} of {RECORDS})"
+            await asyncio.sleep(0.2)
+        assert _stop(b) == 0
+        assert _stop(c) == 0
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    out = await outputs(url, "read_committed")
+    ids = Counter(ident for _key, ident, _n in out)
+    assert set(ids) == {ident for _key, ident in pairs}, f"seed {seed}: lost outputs"
+    twice = [i for i, n in ids.items() if n > 1]
+    assert not twice, f"seed {seed}: {len(twice)} inputs have more than one committed output"
+    per_key: dict[str, list[int]] = {}
+    for key, _ident, n in out:
+        per_key.setdefault(key, []).append(n)
+    assert all(ns == list(range(1, len(ns) + 1)) for ns in per_key.values()), f"seed {seed}: counts skipped or repeated"
+    assert await changelog_table(url) == reference(pairs), f"seed {seed}"
