@@ -15,6 +15,7 @@ from streamkit._core.types import TopicPartition
 from streamkit.agents import Agent
 from streamkit.app import App
 from streamkit.conf import Settings
+from streamkit.services import Service
 from streamkit.streams import Event, Stream
 from streamkit.topics import Topic
 from streamkit.typenames import AgentT, ChannelT, EventT, StreamT, TableT, TopicT, uuid
@@ -30,6 +31,7 @@ __all__ = [
     "Record",
     "Serde",
     "SerdeError",
+    "Service",
     "Settings",
     "Stream",
     "StreamT",

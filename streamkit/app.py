@@ -1,4 +1,5 @@
-"""``App``: the registry of an application's topics, agents, timers and tasks.
+"""``App``: the registry of an application's topics, agents, timers, tasks, cron jobs, services,
+commands and web pages.
 
 An app only declares; a ``Worker`` (``streamkit worker -A module:app``, or
 ``streamkit.testing``) runs it. Declaring needs no broker: topics are created when a worker
@@ -7,22 +8,27 @@ starts.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import timedelta, tzinfo
 from typing import Any
 
 from streamkit._core.errors import ConfigError
 from streamkit.agents import Agent, AgentFn, Sink, faust_agent_name
 from streamkit.channels import Channel
 from streamkit.conf import Settings
+from streamkit.crontab import CronSchedule
 from streamkit.dsl import KStream, KTable, Pipeline, Source, compile_pipeline, table_stream
 from streamkit.replies import Replies
+from streamkit.services import Service
 from streamkit.signals import Signal
 from streamkit.tables.table import SetTable, Table
 from streamkit.topics import Sender, Topic, to_ms
+from streamkit.views import View, ViewHandler, route_decorator
 
 _Table = Table  # the class, as annotations inside App (where ``Table`` is a method) name it
 
@@ -34,6 +40,31 @@ class Timer:
     name: str
     on_leader: bool = False  # run on one worker of the group only (the leader)
     takes_app: bool = False  # called with the app (Faust's timers may take it)
+
+
+@dataclass(frozen=True, slots=True)
+class CronJob:
+    fn: Callable[..., Awaitable[Any]]
+    schedule: CronSchedule  # a timezone of None reads the app's ``timezone`` setting, then UTC
+    name: str
+    on_leader: bool = False
+    takes_app: bool = False
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command ``@app.command()`` adds to the app's command line (``app.main()``).
+
+    ``options``: click's (or ``streamkit.cli``'s) ``option``/``argument`` decorators, in the
+    order Faust takes them; ``takes_self``: the function's first parameter receives the
+    command object (``self.app``, ``self.say()``), as Faust's does when it takes parameters."""
+
+    name: str
+    fn: Callable[..., Awaitable[Any]]
+    options: tuple[Callable[[Any], Any], ...] = ()
+    takes_self: bool = True
+    help: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class App:
@@ -65,6 +96,11 @@ class App:
         self.topologies: list[Pipeline] = []  # declarative pipelines (app.stream), as data
         self.timers: list[Timer] = []
         self.tasks: list[Callable[[], Awaitable[Any]]] = []
+        self.crontabs: list[CronJob] = []
+        self.services: list[type[Service] | Service] = []
+        self.commands: dict[str, Command] = {}
+        self.pages: list[type[View]] = []
+        self._stopping: asyncio.Event | None = None  # set by the worker when it stops
         self.sender: Sender | None = None
         self.replies: Replies | None = None  # agent RPC's reply consumer, set by a running worker
         self._reply_to: str | None = None
@@ -274,6 +310,151 @@ class App:
         one argument, as Faust's tasks may)."""
         self.tasks.append(functools.partial(fn, self) if _takes_one_argument(fn) else fn)
         return fn
+
+    def crontab(
+        self,
+        cron_format: str,
+        *,
+        timezone: tzinfo | None = None,
+        on_leader: bool = False,
+        traced: bool = True,
+    ) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
+        """Run an async callable at the times of a cron line (``"30 18 * * *"``: 18:30 every
+        day) while a worker runs, read in ``timezone`` (a ``tzinfo``; by default the app's
+        ``timezone`` setting, else UTC); with ``on_leader=True`` only on the group's leader.
+        The callable may take the app. ``traced`` is accepted as Faust's (no tracing here)."""
+        schedule = CronSchedule(cron_format, timezone)
+
+        def register(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+            self.crontabs.append(CronJob(fn, schedule, _name_of(fn), on_leader, _takes_one_argument(fn)))
+            return fn
+
+        return register
+
+    def cron_schedule(self, job: CronJob) -> CronSchedule:
+        """``job``'s schedule, in the app's ``timezone`` setting when the job names none."""
+        default = self.conf.timezone
+        if job.schedule.timezone is not None or default is None:
+            return job.schedule
+        return CronSchedule(job.schedule.cron_format, default)
+
+    def service(self, service: Any) -> Any:
+        """Start a ``Service`` (a class, constructed with no arguments, or an instance) with
+        every worker of the app, after its tasks; it stops first when the worker stops."""
+        if not (isinstance(service, Service) or (isinstance(service, type) and issubclass(service, Service))):
+            raise ConfigError(f"@app.service takes a streamkit Service class or instance, not {service!r}")
+        self.services.append(service)
+        return service
+
+    @property
+    def should_stop(self) -> bool:
+        """True once the worker running the app is stopping (tasks that loop check it)."""
+        return self._stopping is not None and self._stopping.is_set()
+
+    async def sleep(self, seconds: float | timedelta) -> None:
+        """Sleep ``seconds``, or less when the worker stops meanwhile."""
+        delay = seconds.total_seconds() if isinstance(seconds, timedelta) else float(seconds)
+        if delay < 0:
+            raise ConfigError(f"cannot sleep {seconds!r} seconds")
+        stopping = self._stopping
+        if stopping is None:
+            await asyncio.sleep(delay)
+            return
+        try:
+            await asyncio.wait_for(stopping.wait(), timeout=delay)
+        except TimeoutError:
+            pass
+
+    def _run_began(self) -> None:
+        """Called by the worker as it starts: ``should_stop`` is False until it stops."""
+        self._stopping = asyncio.Event()
+
+    def _run_stopping(self) -> None:
+        """Called by the worker as it stops: wakes every ``app.sleep``."""
+        if self._stopping is None:
+            self._stopping = asyncio.Event()
+        self._stopping.set()
+
+    def command(
+        self, *options: Callable[[Any], Any], base: Any = None, **kwargs: Any
+    ) -> Callable[[Callable[..., Awaitable[Any]]], Command]:
+        """Add ``async def NAME(self, ...)`` as a subcommand of the app's command line
+        (``python app.py NAME ...``); ``options`` are ``streamkit.cli.option``/``argument``
+        (click's). The command runs with the app's producer, so it may send to topics; the
+        function takes ``self`` (``self.app``, ``self.say(...)``) unless it takes no
+        parameters at all. Underscores in the name become dashes, as click names commands."""
+        if base is not None:
+            raise ConfigError("@app.command(base=...) is not offered: commands are async functions")
+
+        def register(fn: Callable[..., Awaitable[Any]]) -> Command:
+            if not inspect.iscoroutinefunction(fn):
+                raise ConfigError(f"@app.command needs an async function, not {fn!r}")
+            name = str(kwargs.pop("name", None) or fn.__name__.lower().replace("_", "-"))
+            if name in self.commands:
+                raise ConfigError(f"a command named {name!r} is already declared")
+            takes_self = bool(inspect.signature(fn).parameters)
+            command = Command(name, fn, tuple(options), takes_self, kwargs.pop("help", None) or fn.__doc__, dict(kwargs))
+            self.commands[name] = command
+            return command
+
+        return register
+
+    def page(
+        self, path: str, *, base: type[View] = View, cors_options: Any = None, name: str | None = None
+    ) -> Callable[[Any], type[View]]:
+        """Serve a view at ``path`` (aiohttp's patterns: ``/count/{word}/``) on the worker's
+        web port beside its HTTP API: an ``async def view(web, request, **params)`` answering
+        GET with ``web.json(...)``, or a ``View`` subclass with ``get``/``post``/...
+        (``streamkit.views``). ``cors_options`` is accepted as Faust's, with no effect."""
+        if not isinstance(path, str) or not path.startswith("/"):
+            raise ConfigError(f"a page's path must start with '/', not {path!r}")
+
+        def register(fun: Any) -> type[View]:
+            if isinstance(fun, type):
+                if not issubclass(fun, View):
+                    raise ConfigError(f"@app.page on a class needs a streamkit.views.View subclass, not {fun!r}")
+                view: type[View] = fun
+            else:
+                view = base.from_handler(fun)
+            view.view_name = name or view.__name__
+            view.view_path = path
+            if any(p.view_path == path for p in self.pages):
+                raise ConfigError(f"a page at {path!r} is already declared")
+            self.pages.append(view)
+            return view
+
+        return register
+
+    def table_route(
+        self,
+        table: _Table,
+        shard_param: str | None = None,
+        *,
+        query_param: str | None = None,
+        match_info: str | None = None,
+        exact_key: str | None = None,
+    ) -> Callable[[ViewHandler], ViewHandler]:
+        """Run the decorated view method on the worker holding the key of ``table`` named by
+        the path's ``{match_info}``, the query's ``query_param`` or ``exact_key`` (a key held
+        here is answered here; otherwise the request goes to the owner of its partition)."""
+        return route_decorator(
+            "table", table, query_param=query_param or shard_param, match_info=match_info, exact_key=exact_key
+        )
+
+    def topic_route(
+        self,
+        topic: Topic,
+        shard_param: str | None = None,
+        *,
+        query_param: str | None = None,
+        match_info: str | None = None,
+        exact_key: str | None = None,
+    ) -> Callable[[ViewHandler], ViewHandler]:
+        """Run the decorated view method on the worker that consumes the partition of
+        ``topic`` the key falls in (the key as the topic's key serializer writes it)."""
+        return route_decorator(
+            "topic", topic, query_param=query_param or shard_param, match_info=match_info, exact_key=exact_key
+        )
 
 
 def _name_of(fn: Any) -> str:

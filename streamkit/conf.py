@@ -24,10 +24,11 @@ import difflib
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import timedelta, tzinfo
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from streamkit._core.errors import ConfigError
 
@@ -85,6 +86,18 @@ def _str(name: str, value: Any) -> Any:
     if not isinstance(value, str):
         raise ConfigError(f"setting {name} must be a string, not {value!r}")
     return value
+
+
+def _timezone(name: str, value: Any) -> Any:
+    """A ``tzinfo``, or an IANA name (``"US/Pacific"``) read as a ``zoneinfo.ZoneInfo``."""
+    if value is None or isinstance(value, tzinfo):
+        return value
+    if isinstance(value, str):
+        try:
+            return ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ConfigError(f"setting {name}: unknown timezone {value!r}") from None
+    raise ConfigError(f"setting {name} must be a tzinfo or a timezone name, not {value!r}")
 
 
 def _path(name: str, value: Any) -> Any:
@@ -193,6 +206,8 @@ def _table() -> dict[str, Setting]:
     honoured("id_format", "{id}-v{self.version}", _str, "the app id when version > 1")
     honoured("key_serializer", "raw", _codec, "the default key serializer of the app's topics")
     honoured("value_serializer", "json", _codec, "the default value serializer of the app's topics")
+    honoured("timezone", None, _timezone,
+             "the timezone of @app.crontab schedules that name none (UTC when None); timestamps stay UTC milliseconds")
     honoured("topic_partitions", 1, _positive,
              "partitions of a topic declared without `partitions` (Faust's default is 8)")
     honoured("consumer_auto_offset_reset", "earliest", _one_of("earliest", "latest"),
@@ -217,7 +232,6 @@ def _table() -> dict[str, Setting]:
     accepted("tabledir", Path("tables"), _path, "tables are not offered yet")
     accepted("debug", False, _bool, "no debug mode")
     accepted("env_prefix", None, _optional(_str), "settings are not read from the environment")
-    accepted("timezone", None, _any, "windows are not offered yet; timestamps are UTC milliseconds")
     accepted("agent_supervisor", None, _any, "agent failures follow on_error, not a supervisor strategy")
     accepted("blocking_timeout", None, _optional(_seconds), "no blocking detector")
     accepted("cython_optimizations", False, _bool, "no Cython extensions")

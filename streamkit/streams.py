@@ -50,8 +50,13 @@ class Event:
     @property
     def message(self) -> Event:
         """Faust's ``event.message``: where the record came from (``topic``, ``partition``,
-        ``offset``, ``timestamp``, ``headers``), which this event carries itself."""
+        ``offset``, ``timestamp``, ``headers``, ``tp``), which this event carries itself."""
         return self
+
+    @property
+    def tp(self) -> TopicPartition:
+        """Faust's ``message.tp``: the topic and partition the record came from."""
+        return TopicPartition(self.topic, self.partition)
 
 
 class PartitionSet(frozenset[TopicPartition]):

@@ -186,7 +186,10 @@ def _banner(app: App, worker: Worker) -> None:
             + (f" -> {sinks}" if sinks else "")
             + (f" (concurrency {agent.concurrency})" if agent.concurrency > 1 else "")
         )
-    info(f"  timers: {len(app.timers)}, tasks: {len(app.tasks)}; dead letters go to {app.dlq_topic.name}")
+    info(
+        f"  timers: {len(app.timers)}, cron jobs: {len(app.crontabs)}, tasks: {len(app.tasks)}, "
+        f"services: {len(app.services)}, pages: {len(app.pages)}; dead letters go to {app.dlq_topic.name}"
+    )
     served = getattr(worker.client, "served_at", None)
     if served:
         info(f"  serving the embedded log at {served} (other streamkit commands on this data directory use it)")

@@ -14,6 +14,7 @@ code (``--help`` and ``--version`` work as usual):
 
 from __future__ import annotations
 
+import copy
 import signal
 import sys
 from collections.abc import Sequence
@@ -157,4 +158,13 @@ def main_for_app(app: object, argv: list[str]) -> None:
             argv = [argv[0], argv[1], "-A", ref, *argv[2:]]
         else:
             argv = [argv[0], "-A", ref, *argv[1:]]
-    cli.main(args=argv, prog_name=sys.argv[0] if sys.argv and sys.argv[0] else "streamkit")
+    group = cli
+    commands = getattr(app, "commands", None) or {}
+    if commands:
+        # The app's own commands (``@app.command()``) beside streamkit's, in a copy of the group;
+        # one named as a streamkit command (``produce``) is the app's: it is what its user runs.
+        from streamkit.cli.appcommands import click_command
+
+        group = copy.copy(cli)
+        group.commands = {**cli.commands, **{name: click_command(app, c) for name, c in commands.items()}}  # type: ignore[arg-type]
+    group.main(args=argv, prog_name=sys.argv[0] if sys.argv and sys.argv[0] else "streamkit")

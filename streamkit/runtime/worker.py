@@ -48,6 +48,7 @@ from streamkit.runtime.state import StateManager
 from streamkit.runtime.tasks import ChannelTask, PartitionTask
 from streamkit.runtime.timers import TimerRunner
 from streamkit.runtime.topology import Topology
+from streamkit.services import Service, instantiate
 from streamkit.topics import Topic
 from streamkit.transport.base import (
     READ_COMMITTED,
@@ -63,6 +64,7 @@ from streamkit.transport.placement import GroupInfo, MemberInfo
 
 logger = logging.getLogger(__name__)
 FETCH_MAX_RECORDS = 10_000
+TASK_STOP_GRACE_S = 1.0  # how long a stop waits for app tasks to end after should_stop turns True
 
 
 @dataclass
@@ -188,7 +190,12 @@ class Worker:
         self._closed = False
         self.channel_tasks: list[ChannelTask] = []
         self._reply_topics: dict[str, Topic] = {}
-        self.timers = TimerRunner(app.timers, clock, app=app, is_leader=self.is_leader)
+        self.timers = TimerRunner(
+            app.timers, clock, app=app, is_leader=self.is_leader,
+            crontabs=[(job, app.cron_schedule(job)) for job in app.crontabs],
+        )
+        self._app_tasks: list[asyncio.Task[Any]] = []
+        self.services: list[Service] = []  # the app's services, started after its tasks
 
     async def __aenter__(self) -> Worker:
         await self.start()
@@ -203,6 +210,7 @@ class Worker:
         if self._started:
             return
         self._started = True
+        self.app._run_began()
         producer: Producer
         if self._transactional is not None:
             producer = self._transactional
@@ -247,6 +255,13 @@ class Worker:
             self._spawn(self.timers.run_forever(), "timers")
         for fn in self.app.tasks:
             self._spawn(self._run_app_task(fn), f"task:{getattr(fn, '__name__', None) or getattr(getattr(fn, 'func', None), '__name__', 'task')}")
+            self._app_tasks.append(self._loops[-1])
+        # Faust's order: the app's tasks, then its services (which may use what tasks set up).
+        for declared in self.app.services:
+            service = instantiate(declared)
+            service._on_crash = self._service_crashed
+            self.services.append(service)
+            await service.start()
 
     def _spawn(self, coro: Awaitable[Any], name: str) -> None:
         task = asyncio.ensure_future(coro)
@@ -264,6 +279,11 @@ class Worker:
         if exc is not None:
             logger.error("%s failed, stopping the worker", task.get_name(), exc_info=exc)
             self.fail(exc)
+
+    def _service_crashed(self, reason: BaseException) -> None:
+        """A service's background task raised: the worker stops with that error, as Faust's."""
+        logger.error("service crashed, stopping the worker: %r", reason)
+        self.fail(reason)
 
     async def _run_app_task(self, fn: Callable[[], Awaitable[Any]]) -> None:
         try:
@@ -487,6 +507,18 @@ class Worker:
             return
         self._closed = True
         self._stop.set()
+        # Tell the app's tasks (``app.should_stop``, ``app.sleep``), stop its services (last
+        # started, first stopped) while the producer still runs, give tasks that watch
+        # ``should_stop`` a moment to end by themselves, then cancel what still runs.
+        self.app._run_stopping()
+        for service in reversed(self.services):
+            try:
+                await service.stop()
+            except Exception:
+                logger.exception("stopping service %s failed", service.shortlabel)
+        running = [t for t in self._app_tasks if not t.done()]
+        if running:
+            await asyncio.wait(running, timeout=TASK_STOP_GRACE_S)
         for task in self._loops:
             task.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)

@@ -11,19 +11,36 @@
                     of a partition another worker owns is answered by asking that worker
     GET /tables/{name}?prefix=&limit= a JSON list of {"key", "value"} held here
 
-Binds 127.0.0.1 unless told otherwise; only GET is served and request bodies are refused.
+The app's own pages (``@app.page(path)``, ``streamkit.views``) are served beside these, with
+the methods their views define; a page whose view is wrapped in ``@app.table_route`` or
+``@app.topic_route`` runs on the worker that holds the key, the request being forwarded
+(once, with the same method, path and body) when another worker owns it.
+
+Binds 127.0.0.1 unless told otherwise; the API's own endpoints answer GET only, and request
+bodies (for pages) are limited to 16 KiB.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
+from streamkit._core.errors import ConfigError
+from streamkit._core.partitioner import partition_for_key
+from streamkit._core.types import TopicPartition
 from streamkit.runtime.worker import Worker
 from streamkit.tables import query
+from streamkit.tables.errors import TableError
+from streamkit.tables.table import Table
+from streamkit.topics import Topic
+from streamkit.views import Response as ViewResponse
+from streamkit.views import View
+
+logger = logging.getLogger(__name__)
 
 MAX_REQUEST_BYTES = 16 * 1024
 ROUTED_HEADER = "X-Streamkit-Routed-By"
@@ -62,6 +79,11 @@ class WebServer:
         app.router.add_get("/tables", self._tables)
         app.router.add_get("/tables/{name}", self._table_scan)
         app.router.add_get("/tables/{name}/{key}", self._table_get)
+        builtin = {r.canonical for r in app.router.resources()}
+        for page in self.worker.app.pages:
+            if page.view_path in builtin:
+                raise ConfigError(f"page {page.view_name!r}: {page.view_path} is an endpoint of the worker's HTTP API")
+            app.router.add_route("*", page.view_path, self._page_handler(page(self.worker.app, self)))
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self._port)
@@ -91,7 +113,91 @@ class WebServer:
         return web.Response(text=json.dumps(data, indent=2) + "\n", status=status, content_type="application/json")
 
     async def _index(self, request: web.Request) -> web.Response:
-        return self._json({"endpoints": ["/health", "/status", "/topology", "/metrics", "/tables"]})
+        return self._json(
+            {
+                "endpoints": ["/health", "/status", "/topology", "/metrics", "/tables"],
+                "pages": [page.view_path for page in self.worker.app.pages],
+            }
+        )
+
+    # -- the app's pages (``@app.page``) --------------------------------------------------------
+
+    def _page_handler(self, view: View) -> Any:
+        async def handle(request: web.Request) -> web.Response:
+            try:
+                answer = await view.dispatch(request)
+            except Exception as exc:
+                logger.exception("page %s failed", view.view_name)
+                return self._json({"error": f"{type(exc).__name__}: {exc}"}, 500)
+            return web.Response(
+                body=answer.body, status=answer.status, reason=answer.reason,
+                headers={**answer.headers, "Content-Type": answer.content_type},
+            )
+
+        return handle
+
+    async def route_table(self, table: Table, key_text: str, request: web.Request) -> ViewResponse | None:
+        """For ``@app.table_route``: None when the key is to be answered here (held here, its
+        partition held here, or a request already routed once), else the owner's answer."""
+        if ROUTED_HEADER in request.headers:
+            return None
+        try:
+            query.lookup(table, key_text)
+            return None
+        except query.QueryError as exc:
+            if exc.status != 503:
+                return None  # absent from a partition held here, or a key the view may refuse
+        try:
+            partition = table.partition_of(query.parse_key(table, key_text))
+        except TableError:
+            return None
+        return await self._ask_owner(partition, request)
+
+    async def route_topic(self, topic: Topic, key_text: str, request: web.Request) -> ViewResponse | None:
+        """For ``@app.topic_route``: None when this worker consumes the key's partition of
+        ``topic`` (or nobody is known to), else the answer of the worker that does."""
+        if ROUTED_HEADER in request.headers:
+            return None
+        count = self.worker.partition_count_of(topic)
+        if count is None:
+            return None
+        key_type = topic.key_type
+        key: Any = key_text
+        try:
+            if key_type is bytes:
+                key = key_text.encode()
+            elif key_type in (int, float):
+                key = key_type(key_text)
+        except ValueError:
+            return ViewResponse(
+                json.dumps({"error": f"{key_text!r} is not a key of topic {topic.name!r}"}).encode(), 400
+            )
+        raw = topic.key_serde.dumps(key)
+        if raw is None:
+            return None
+        partition = partition_for_key(raw, count)
+        if TopicPartition(topic.name, partition) in self.worker.assignment():
+            return None
+        return await self._ask_owner(partition, request)
+
+    async def _ask_owner(self, partition: int, request: web.Request) -> ViewResponse | None:
+        """The answer of the worker that owns ``partition`` to the same request, asked once:
+        the forwarded request carries a header so it is never forwarded again. None when the
+        owner is this worker or unknown."""
+        owner = self.worker.owner_url(partition)
+        if owner is None or owner.rstrip("/") == self.url:
+            return None
+        timeout = aiohttp.ClientTimeout(total=ROUTE_TIMEOUT_S)
+        body = await request.read()
+        try:
+            async with aiohttp.ClientSession(timeout=timeout) as http, http.request(
+                request.method, owner.rstrip("/") + request.rel_url.path_qs,
+                data=body or None, headers={ROUTED_HEADER: self.url},
+            ) as response:
+                return ViewResponse(await response.read(), response.status, response.content_type)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            detail = f"the owner of partition {partition} at {owner} did not answer: {exc}"
+            return ViewResponse(json.dumps({"error": detail}).encode(), 503)
 
     async def _health(self, request: web.Request) -> web.Response:
         w = self.worker

@@ -40,6 +40,7 @@ async def test_stream_current_event_and_event_message() -> None:
             event = stream.current_event
             assert event is not None
             message = event.message
+            assert message.tp == faust.TopicPartition(message.topic, message.partition)
             seen.append((message.topic, message.partition, message.offset, word))
 
     async with AppDriver(app) as driver:
