@@ -1,19 +1,35 @@
 """Backfill: a declarative table of an app recomputed from the log's history on Spark.
 
 The same pipeline the worker runs (``app.stream(...)...count(name)``, see ``streamkit.dsl``)
-is planned as Spark operations over the source topic, read through the ``streamkit`` data
-source:
+is planned as Spark operations over the source topic, whose offset ranges the executors read
+through the ``streamkit`` data source's log readers (segment files, CRC-checked, or a broker;
+straight into Python, without a detour through Spark's rows):
 
 1. the source records are decoded with the topic's serializers, and the operators before the
    grouping run on each (``dsl.runner``, the worker's own function);
 2. each output goes to the table partition the worker would put it in: by the hash of its
-   key as the repartition topic encodes it (after a ``group_by``), else the source partition;
-3. per table partition and key, the outputs are folded in event order (timestamp, then source
-   partition and offset) with the aggregation's function (count, sum, reduce, aggregate,
-   latest value);
-4. the results are appended to the table's changelog, the state every worker restores from,
-   and the app's consumer group is moved to the end of what was read, so a worker started
-   afterwards serves the backfilled values and processes only newer records.
+   key as the repartition topic encodes it (after a ``group_by``; key and value then make the
+   repartition topic's round trip through its serializers, as in the worker), else the source
+   partition;
+3. plain tables: per table partition and key, the outputs are folded in event order
+   (timestamp, then source partition and offset) with the aggregation's function (sum,
+   reduce, aggregate, latest value); counts add up in any order, so Spark combines them
+   before the shuffle. Windowed tables: per table partition, the worker's
+   own window driver (``windows.aggregate.WindowAggregator``) runs over the outputs in the
+   order a worker's task reads them: each source partition in offset order, the source
+   partitions merged by the timestamp of their next record (Kafka Streams' choice), so stream
+   time, grace, closing and late records are the worker's; late records go to ``<app>-late``
+   as the worker sends them;
+4. the results are appended to the table's changelog, the state every worker restores from
+   (for a windowed table: the driver's store, windows, index, stream time and emit progress,
+   byte for byte), with a tombstone for every key an earlier changelog holds that the result
+   lacks; then the app's consumer group is moved to the end of what was read, so a worker
+   started afterwards serves the backfilled values and processes only newer records.
+
+``to_topic`` writes the result records to a topic instead (the table's keys and values; for
+a windowed table each window once, with its final value, as the windows topic spells it)
+and leaves the changelog and the group alone. ``run_job`` runs a hand-written job
+``fn(spark, source_df) -> DataFrame(key, value)`` in place of the declarative plan.
 
 What the backfill does not run is refused by name: stream-table joins, table-table joins and
 pipelines over a table's changes (they depend on the timing of the other side), and tables
@@ -22,23 +38,27 @@ filled by agent code. A backfill needs the app's workers stopped: it moves their
 
 from __future__ import annotations
 
+import functools
+import heapq
+import importlib
 import os
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlparse
 
 from streamkit._core.errors import ConfigError
 from streamkit._core.partitioner import partition_for_key
-from streamkit._core.serde import serde_for
+from streamkit._core.serde import Serde, serde_for
 from streamkit.app import App
 from streamkit.dsl import (
     REPARTITION_KEY_SERDE,
     Aggregate,
     GroupBy,
     Join,
+    Map,
     Pipeline,
     Sink,
     Source,
@@ -49,23 +69,46 @@ from streamkit.dsl import (
     runner,
     stage_names,
 )
+from streamkit.log.records import NewRecord, Record
 from streamkit.spark.logs import open_source_log
+from streamkit.spark.options import OffsetRange, split_range
 from streamkit.spark.source import FORMAT, register
+from streamkit.windows.aggregate import WindowAggregator
+from streamkit.windows.keys import decode_window_key
+from streamkit.windows.store import SortedMemoryStore
+from streamkit.windows.wtable import WindowedTable
 
 _REPARTITION_KEYS = serde_for(REPARTITION_KEY_SERDE)
+_JSON = serde_for("json")
+# The window driver's store layout (windows/aggregate.py): window aggregates under 0x01.
+_WINDOW_DATA = b"\x01"
+
+# What the executors hand back: one row per record to write, ``kind`` saying where it goes:
+# (kind, partition or None (by the key's hash), key, value, timestamp ms, headers or None).
+Row = tuple[str, int | None, bytes | None, bytes | None, int, list[tuple[str, bytes]] | None]
+CHANGELOG, LATE, OUTPUT = "changelog", "late", "output"
+SPLIT_OFFSETS = 1_000_000
+_SEEN_KEYS = 100_000  # repartition keys remembered per task (their decoded form and partition)
+_IMMUTABLE = (str, int, float, bool, bytes, type(None))  # a source partition is read by tasks of at most this many offsets
 
 
 @dataclass(frozen=True, slots=True)
 class BackfillReport:
     table: str
-    records_read: int
-    keys_written: int
+    records_read: int  # source records (a job: source offsets)
+    keys_written: int  # records written to the changelog (or the output topic)
     ends: dict[int, int]  # source partition -> the offset the app's group now starts from
+    late: int = 0  # records a windowed table left out as late (sent to <app>-late)
+    windows: int | None = None  # windows held at the end (windowed tables)
+    deleted: int = 0  # keys of an earlier changelog the result lacks, deleted
+    to_topic: str | None = None
+    job: str | None = None
 
 
-def spark_session(master: str, name: str) -> Any:
+def spark_session(master: str, name: str, log_path: str | None = None) -> Any:
     """A SparkSession for a backfill: the driver on loopback, no web UI, the workers on this
-    Python."""
+    Python. With ``log_path``, the JVM's own output (start-up notices, Spark's log) goes to
+    that file rather than to this process's stderr."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -73,25 +116,40 @@ def spark_session(master: str, name: str) -> Any:
     builder = SparkSession.builder.master(master).appName(name).config("spark.ui.enabled", "false")
     if master.startswith("local"):
         builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-    session = builder.getOrCreate()
+    if log_path is None:
+        session = builder.getOrCreate()
+    else:
+        # The JVM inherits stderr when it starts: hand it the log file for that moment.
+        sys.stderr.flush()
+        saved = os.dup(2)
+        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.dup2(log, 2)
+            session = builder.getOrCreate()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.close(log)
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def _declarative(app: App) -> list[str]:
+    return sorted(
+        p[-1].table.name for p in app.topologies if isinstance(p[-1], (Aggregate, WindowedAggregate))
+    )
 
 
 def find_pipeline(app: App, table: str) -> Pipeline:
     """The declarative pipeline that fills ``table``, or a clear error."""
     for pipeline in app.topologies:
         terminal = pipeline[-1]
-        if isinstance(terminal, Aggregate) and terminal.table.name == table:
+        if isinstance(terminal, (Aggregate, WindowedAggregate)) and terminal.table.name == table:
             refuse_unsupported(pipeline, table)
             return pipeline
-        if isinstance(terminal, WindowedAggregate) and terminal.table.name == table:
-            raise ConfigError(f"table {table!r} is windowed: the backfill does not run windowed tables yet")
         if isinstance(terminal, TableJoin) and terminal.table.name == table:
             raise ConfigError(f"table {table!r} is a table-table join: the backfill does not run those")
-    declarative = sorted(
-        p[-1].table.name for p in app.topologies if isinstance(p[-1], Aggregate)
-    )
+    declarative = _declarative(app)
     if table in app.tables:
         raise ConfigError(
             f"table {table!r} is filled by agent code, which the backfill cannot plan; it runs "
@@ -152,6 +210,9 @@ def _fold(kind: str, fn: Callable[..., Any] | None, initializer: Callable[[], An
     return found, acc
 
 
+# -- what the executors run --------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class _Plan:
     """What an executor runs, rebuilt there from the app's module (functions and serializers
@@ -161,38 +222,57 @@ class _Plan:
     root: str | None
     table: str
     repartitions: int
+    output: bool = False  # the result records for a topic, not the changelog's
+    job: str | None = None  # the hand-written job whose rows fill the table
 
 
-_PLANS: dict[_Plan, Any] = {}
+@dataclass(frozen=True)
+class _Parts:
+    """A pipeline cut where the worker cuts it, with the serializers on the way."""
+
+    key_loads: Callable[[bytes | None], Any]
+    value_loads: Callable[[bytes | None], Any]
+    key_dumps: Callable[[Any], bytes | None]
+    before: Callable[[Any, Any], list[tuple[Any, Any]]] | None  # None: no operator before the grouping
+    group: GroupBy | None
+    # The repartition topic's value serializer when an operator before the group_by may have
+    # changed the values' type (json; else the source's, which gives back what it decoded).
+    repartition_values: Serde | None
+    after: Callable[[Any, Any], list[tuple[Any, Any]]] | None  # None: no operator after it
+    terminal: Aggregate | WindowedAggregate
 
 
-def _parts(plan: _Plan) -> Any:
-    """(key_loads, value_loads, before, regroup, grouped, after, key_dumps, value_dumps, kind,
-    fn, initializer) of ``plan``, built once per executor process."""
-    found = _PLANS.get(plan)
+_PARTS: dict[_Plan, _Parts] = {}
+
+
+def _parts(plan: _Plan) -> _Parts:
+    """``plan``'s pipeline parts, built once per executor process."""
+    found = _PARTS.get(plan)
     if found is None:
         app = load_app(plan.app_ref, plan.root)
         pipeline = find_pipeline(app, plan.table)
         source, terminal = pipeline[0], pipeline[-1]
-        assert isinstance(source, Source) and isinstance(terminal, Aggregate)
+        assert isinstance(source, Source) and isinstance(terminal, (Aggregate, WindowedAggregate))
         middle = pipeline[1:-1]
         split = next((i for i, n in enumerate(middle) if isinstance(n, GroupBy)), None)
         group = middle[split] if split is not None else None
         before = middle if split is None else middle[:split]
         after = () if split is None else middle[split + 1 :]
-        found = _PLANS[plan] = (
-            source.topic.key_serde.loads, source.topic.value_serde.loads,
-            runner(tuple(before)), group.fn if isinstance(group, GroupBy) else None, group is not None,
-            runner(tuple(after)), terminal.table.key_serde.dumps, terminal.table.value_serde.dumps,
-            terminal.kind, terminal.fn, terminal.initializer,
+        repartition_values = None
+        # As compile_pipeline declares the repartition topic.
+        if isinstance(group, GroupBy) and any(isinstance(n, Map) and n.kind != "filter" for n in before):
+            repartition_values = _JSON
+        found = _PARTS[plan] = _Parts(
+            source.topic.key_serde.loads, source.topic.value_serde.loads, source.topic.key_serde.dumps,
+            runner(tuple(before)) if before else None,
+            group if isinstance(group, GroupBy) else None, repartition_values, runner(tuple(after)) if after else None,
+            terminal,
         )
     return found
 
 
 def load_app(app_ref: str, root: str | None) -> App:
     """The ``App`` named ``module:attribute``, importing from ``root`` first when given."""
-    import importlib
-
     module_name, _, attr = app_ref.partition(":")
     if root and root not in sys.path:
         sys.path.insert(0, root)
@@ -214,74 +294,300 @@ def import_root(app_ref: str) -> str | None:
     return root
 
 
-def _place(plan: _Plan, rows: Iterator[Any]) -> Iterator[tuple[tuple[int, bytes], tuple[int, int, int, Any, Any]]]:
-    """Source rows -> ((table partition, key bytes), (timestamp, partition, offset, key, value))."""
-    key_loads, value_loads, run_before, regroup, grouped, run_after, key_dumps, *_ = _parts(plan)
-    for row in rows:
-        key, value = key_loads(row.key), value_loads(row.value)
-        timestamp = int(row.timestamp.timestamp() * 1000)
-        for k, v in run_before(key, value):
-            if regroup is not None:
-                k = regroup(v)
-            if grouped:
-                partition = partition_for_key(_REPARTITION_KEYS.dumps(k) or b"", plan.repartitions)
-            else:
-                partition = row.partition
-            for k2, v2 in run_after(k, v):
-                yield (partition, key_dumps(k2) or b""), (timestamp, row.partition, row.offset, k2, v2)
+# (table partition, source partition, offset, timestamp ms, key, value) of one pipeline output
+Placed = tuple[int, int, int, int, Any, Any]
+
+
+# (source partition, its records in offset order): a chunk of source records as the log reads it
+SourceChunk = tuple[int, list[Record]]
+
+
+def _read_source(
+    path: str | None, bootstrap: str | None, topic: str, counter: Any, ranges: Iterator[OffsetRange]
+) -> Iterator[SourceChunk]:
+    """The records of offset ``ranges``, read on the executor through the data source's own
+    log readers (segment files, CRC-checked, or a broker): without the round trip through
+    Spark's rows a DataFrame would make."""
+    log = open_source_log(path, bootstrap, topic)
+    n = 0
+    try:
+        for rng in ranges:
+            p = rng.partition
+            for _log_append_time, records in log.read(p, rng.start, rng.end):
+                n += len(records)
+                yield p, records
+    finally:
+        log.close()
+        counter.add(n)
+
+
+def _place(plan: _Plan, chunks: Iterator[SourceChunk]) -> Iterator[Placed]:
+    """Source records -> their pipeline's outputs, each with the table partition it goes to."""
+    parts = _parts(plan)
+    key_loads, value_loads, run_before, run_after = parts.key_loads, parts.value_loads, parts.before, parts.after
+    group = parts.group
+    regroup = group.fn if group is not None else None
+    values = parts.repartition_values
+    dumps, loads = _REPARTITION_KEYS.dumps, _REPARTITION_KEYS.loads
+    # Keys repeat, and their trip through the repartition topic (encode, decode, murmur2 in
+    # Python) is not cheap: remembered per immutable key, by type (True == 1, not as JSON).
+    seen: dict[tuple[type, Any], tuple[Any, int]] = {}
+    # A key the grouping replaces before any function saw it needs no decoding.
+    unused_key = run_before is None and regroup is not None
+    for source_partition, records in chunks:
+        for record in records:
+            timestamp, offset = record.timestamp, record.offset
+            key = None if unused_key else key_loads(record.key)
+            value = value_loads(record.value)
+            for k, v in ((key, value),) if run_before is None else run_before(key, value):
+                if group is not None:
+                    if regroup is not None:
+                        k = regroup(v)
+                    if isinstance(k, _IMMUTABLE):
+                        known = seen.get((type(k), k))
+                        if known is None:
+                            if len(seen) >= _SEEN_KEYS:
+                                seen.clear()
+                            raw = dumps(k) or b""
+                            known = seen[(type(k), k)] = (loads(raw), partition_for_key(raw, plan.repartitions))
+                        k, partition = known
+                    else:
+                        raw = dumps(k) or b""
+                        k, partition = loads(raw), partition_for_key(raw, plan.repartitions)
+                    if values is not None:
+                        v = values.loads(values.dumps(v))
+                else:
+                    partition = source_partition
+                if run_after is None:
+                    yield partition, source_partition, offset, timestamp, k, v
+                else:
+                    for k2, v2 in run_after(k, v):
+                        yield partition, source_partition, offset, timestamp, k2, v2
 
 
 def _fold_key(plan: _Plan, item: tuple[tuple[int, bytes], Iterable[tuple[int, int, int, Any, Any]]]) -> Iterator[tuple[Any, ...]]:
     """One key's outputs, in event order, folded into the row its changelog record becomes."""
-    *_, value_dumps, kind, fn, initializer = _parts(plan)
+    terminal = _parts(plan).terminal
+    assert isinstance(terminal, Aggregate)
     (partition, raw_key), outputs = item
     ordered = sorted(outputs, key=lambda o: (o[0], o[1], o[2]))
-    present, value = _fold(kind, fn, initializer, ordered[0][3], (o[4] for o in ordered))
-    stamp = datetime.fromtimestamp(ordered[-1][0] / 1000, tz=UTC)
-    yield (raw_key, value_dumps(value) if present else None, partition, stamp)
+    present, value = _fold(terminal.kind, terminal.fn, terminal.initializer, ordered[0][3], (o[4] for o in ordered))
+    raw_value = terminal.table.value_serde.dumps(value) if present else None
+    if plan.output:
+        yield (OUTPUT, None, raw_key, raw_value, ordered[-1][0], None)
+    else:
+        yield (CHANGELOG, partition, raw_key, raw_value, ordered[-1][0], None)
+
+
+def _job_rows(plan: _Plan, partitions: int, rows: Iterator[Any]) -> Iterator[tuple[bytes, bytes | None, int]]:
+    """A job's (key, value) rows with the table partition of each key: where the worker's
+    pipeline puts it (the hash of the key as the repartition topic, or else the source topic,
+    encodes it)."""
+    parts = _parts(plan)
+    table_keys = parts.terminal.table.key_serde.loads
+    encode = _REPARTITION_KEYS.dumps if parts.group is not None else parts.key_dumps
+    for row in rows:
+        key = bytes(row.key) if row.key is not None else None
+        if key is None:
+            raise ConfigError(f"job {plan.job} returned a row without a key: a table's keys cannot be null")
+        try:
+            placed = encode(table_keys(key)) or b""
+        except Exception as exc:
+            raise ConfigError(f"job {plan.job} returned key {key!r}, which the table's serializer does not "
+                              f"read: {exc}") from None
+        yield key, None if row.value is None else bytes(row.value), partition_for_key(placed, partitions)
+
+
+def _counts(plan: _Plan, chunks: Iterator[SourceChunk]) -> Iterator[tuple[tuple[int, bytes], tuple[int, int]]]:
+    """A count's outputs as ((table partition, key bytes), (count, latest timestamp)), added up
+    in the task first: counts add up in any order."""
+    terminal = _parts(plan).terminal
+    assert isinstance(terminal, Aggregate)
+    key_dumps = terminal.table.key_serde.dumps
+    counts: dict[tuple[int, bytes], list[int]] = {}
+    raws: dict[tuple[type, Any], bytes] = {}
+    for partition, _source_partition, _offset, ts, k, _v in _place(plan, chunks):
+        if isinstance(k, _IMMUTABLE):
+            raw = raws.get((type(k), k))
+            if raw is None:
+                if len(raws) >= _SEEN_KEYS:
+                    raws.clear()
+                raw = raws[(type(k), k)] = key_dumps(k) or b""
+        else:
+            raw = key_dumps(k) or b""
+        held = counts.get((partition, raw))
+        if held is None:
+            counts[(partition, raw)] = [1, ts]
+        else:
+            held[0] += 1
+            if ts > held[1]:
+                held[1] = ts
+    for where, (n, ts) in counts.items():
+        yield where, (n, ts)
+
+
+def _add_counts(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+    return a[0] + b[0], max(a[1], b[1])
+
+
+def _count_row(plan: _Plan, item: tuple[tuple[int, bytes], tuple[int, int]]) -> tuple[Any, ...]:
+    terminal = _parts(plan).terminal
+    assert isinstance(terminal, Aggregate)
+    (partition, raw_key), (n, ts) = item
+    value = terminal.table.value_serde.dumps(n)
+    return (OUTPUT, None, raw_key, value, ts, None) if plan.output else (
+        CHANGELOG, partition, raw_key, value, ts, None
+    )
+
+
+def _plain_rows(plan: _Plan, rows: Iterator[Any]) -> Iterator[tuple[tuple[int, bytes], tuple[int, int, int, Any, Any]]]:
+    terminal = _parts(plan).terminal
+    assert isinstance(terminal, Aggregate)
+    key_dumps = terminal.table.key_serde.dumps
+    for partition, source_partition, offset, ts, k, v in _place(plan, rows):
+        yield (partition, key_dumps(k) or b""), (ts, source_partition, offset, k, v)
+
+
+class _StampedStore(SortedMemoryStore):
+    """The driver's store in the executor: remembers the event time of each key's last write
+    (the worker stamps changelog records so) and the windows deleted, with their last value."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0
+        self.stamps: dict[bytes, int] = {}
+        self.dropped: list[tuple[bytes, bytes]] = []
+
+    def put(self, key: bytes, value: bytes) -> None:
+        super().put(key, value)
+        self.stamps[key] = self.now
+
+    def delete(self, key: bytes) -> None:
+        if key[:1] == _WINDOW_DATA:
+            raw = self.get(key)
+            if raw is not None:
+                self.dropped.append((key, raw))
+        super().delete(key)
+        self.stamps.pop(key, None)
+
+
+def _merged(records: list[Placed]) -> Iterator[Placed]:
+    """A table partition's records in the order a worker's task takes them: each source
+    partition in offset order, the next record always from the source partition whose next
+    record is the oldest (ties: the lower source partition)."""
+    by_source: dict[int, list[Placed]] = {}
+    for record in records:
+        by_source.setdefault(record[1], []).append(record)
+    heads: list[tuple[int, int, int]] = []
+    for source, found in by_source.items():
+        found.sort(key=lambda r: r[2])  # offset (a flat map's outputs keep their order: stable)
+        heads.append((found[0][3], source, 0))
+    heapq.heapify(heads)
+    while heads:
+        _ts, source, i = heapq.heappop(heads)
+        found = by_source[source]
+        yield found[i]
+        if i + 1 < len(found):
+            heapq.heappush(heads, (found[i + 1][3], source, i + 1))
+
+
+def _window_rows(plan: _Plan, items: Iterator[tuple[int, Placed]]) -> Iterator[tuple[Any, ...]]:
+    """The worker's window driver over each table partition's records (``_merged`` order):
+    the store it ends with (changelog rows), the late records, and with ``plan.output`` each
+    window once with its final value."""
+    terminal = _parts(plan).terminal
+    assert isinstance(terminal, WindowedAggregate)
+    table = terminal.table
+    key_dumps = table.group_key_serde.dumps
+    late_values = table.late_topic.value_serde.dumps
+    by_partition: dict[int, list[Placed]] = {}
+    for partition, record in items:
+        by_partition.setdefault(partition, []).append(record)
+    for partition, records in sorted(by_partition.items()):
+        store = _StampedStore()
+        driver = WindowAggregator(table.spec, table.aggregation, store, emit=table.emit)
+        for _p, _source, _offset, ts, key, value in _merged(records):
+            store.now = ts
+            step = driver.process(key_dumps(key) or b"", ts, (key, value))
+            late = step.late
+            if late is not None:
+                headers = [
+                    ("streamkit.table", table.name.encode()),
+                    ("streamkit.reason", late.reason.encode()),
+                    ("streamkit.timestamp", str(late.ts_ms).encode()),
+                    ("streamkit.stream_time", str(late.stream_time_ms).encode()),
+                ]
+                yield (LATE, None, late.key, late_values(value), ts, headers)
+            if plan.output:
+                yield from _final_windows(table, driver, store.dropped)
+            store.dropped.clear()
+        if plan.output:
+            for window in driver.windows():
+                yield _window_output(table, window.key, window.start_ms, window.end_ms, window.value)
+        else:
+            for key, raw in store.range(b"", b"\x03"):  # meta 0x00, windows 0x01, index 0x02
+                yield (CHANGELOG, partition, key, raw, store.stamps.get(key, 0), None)
+
+
+def _final_windows(
+    table: WindowedTable, driver: WindowAggregator[Any, Any], dropped: list[tuple[bytes, bytes]]
+) -> Iterator[tuple[Any, ...]]:
+    """Windows the driver deleted because they closed (not sessions merged into another)."""
+    now = driver.stream_time.ms
+    for data_key, raw in dropped:
+        key, start, end = decode_window_key(data_key[1:])
+        if table.spec.closed(end, now):
+            yield _window_output(table, key, start, end, table.aggregation.deserialize(raw[8:]))
+
+
+def _window_output(table: WindowedTable, key: bytes, start: int, end: int, value: Any) -> tuple[Any, ...]:
+    """A window as the windows topic carries it (``KWindowedTable.to_stream``)."""
+    body = _JSON.dumps({"window_start": start, "window_end": end, "value": value})
+    return (OUTPUT, None, key, body, end, None)
+
+
+# -- the driver ---------------------------------------------------------------------------------
 
 
 def backfill(
     spark: Any, app_ref: str, *tables: str, from_ms: int | None = None, to_ms: int | None = None,
+    to_topic: str | None = None,
 ) -> list[BackfillReport]:
     """Recompute ``tables`` (declared tables of the app ``app_ref``, ``module:attribute``) over
     their sources' history, write them to their changelogs, then move the app's consumer group
     past what was read (see the module docstring). Every agent of the app that reads a source
-    must be one of these tables' pipelines: the group's position is shared."""
+    must be one of these tables' pipelines: the group's position is shared.
+
+    With ``to_topic``, the results go to that topic instead, and neither the changelogs nor
+    the group change."""
     if not tables:
         raise ConfigError("name at least one table to backfill")
+    register(spark)
     app = load_app(app_ref, None)
     pipelines = {name: find_pipeline(app, name) for name in tables}
-    _check_group_free(app, list(pipelines.items()))
+    if to_topic is None:
+        _check_group_free(app, list(pipelines.items()))
     reports = []
     ends: dict[str, dict[int, int]] = {}
     for name, pipeline in pipelines.items():
-        report = _backfill_one(spark, app, app_ref, name, pipeline, from_ms, to_ms)
+        report = _backfill_one(spark, app, app_ref, name, pipeline, from_ms, to_ms, to_topic)
         reports.append(report)
         source = pipeline[0]
         assert isinstance(source, Source)
         ends[source.topic.name] = report.ends
-    _commit(app, list(pipelines.items()), ends)
+    if to_topic is None:
+        _commit(app, list(pipelines.items()), ends)
     return reports
 
 
-def _backfill_one(
-    spark: Any, app: App, app_ref: str, table_name: str, pipeline: Pipeline, from_ms: int | None, to_ms: int | None
-) -> BackfillReport:
-    import functools
-
-    source = pipeline[0]
-    terminal = pipeline[-1]
-    assert isinstance(source, Source) and isinstance(terminal, Aggregate)
-    table = terminal.table
-
+def _ranges(app: App, topic: str, from_ms: int | None, to_ms: int | None) -> tuple[dict[int, int], dict[int, int]]:
+    """(start, end) offsets per partition of ``topic`` for the time range."""
     options = log_options(app)
-    log = open_source_log(options.get("path"), options.get("bootstrap"), source.topic.name)
+    log = open_source_log(options.get("path"), options.get("bootstrap"), topic)
     try:
-        source_partitions = log.partition_count()
         ends: dict[int, int] = {}
         starts: dict[int, int] = {}
-        for p in range(source_partitions):
+        for p in range(log.partition_count()):
             first, end = log.bounds(p)
             starts[p] = first
             if from_ms is not None:
@@ -293,41 +599,261 @@ def _backfill_one(
             ends[p] = max(end, starts[p])
     finally:
         log.close()
-    # The worker's rule: the changelog's count if it exists, else the table's, else the sources'.
-    table_partitions = _partition_count(app, table.changelog_topic.name, table.declared_partitions or source_partitions)
-    # compile_pipeline's repartition topics take the source's partition count.
-    plan = _Plan(app_ref, import_root(app_ref), table_name, source_partitions)
+    return starts, ends
 
-    register(spark)
-    reader = spark.read.format(FORMAT).option("topic", source.topic.name)
-    for name, value in options.items():
+
+def source_frame(spark: Any, app: App, topic: str, starts: dict[int, int], ends: dict[int, int]) -> Any:
+    """The source records in ``[starts, ends)`` as a DataFrame of the Kafka source's columns."""
+    reader = spark.read.format(FORMAT).option("topic", topic)
+    for name, value in log_options(app).items():
         reader = reader.option(name, value)
-    topic = source.topic.name
     offsets = ", ".join(f'"{p}": {o}' for p, o in starts.items())
     reader = reader.option("startingOffsets", f'{{"{topic}": {{{offsets}}}}}')
     offsets = ", ".join(f'"{p}": {o}' for p, o in ends.items())
     reader = reader.option("endingOffsets", f'{{"{topic}": {{{offsets}}}}}')
-    frame = reader.load().select("key", "value", "partition", "offset", "timestamp")
-    read = frame.count()
-    results = (
-        frame.rdd.mapPartitions(functools.partial(_place, plan))
-        .groupByKey()
-        .flatMap(functools.partial(_fold_key, plan))
+    return reader.load()
+
+
+def _backfill_one(
+    spark: Any, app: App, app_ref: str, table_name: str, pipeline: Pipeline, from_ms: int | None, to_ms: int | None,
+    to_topic: str | None,
+) -> BackfillReport:
+    source = pipeline[0]
+    terminal = pipeline[-1]
+    assert isinstance(source, Source) and isinstance(terminal, (Aggregate, WindowedAggregate))
+    table = terminal.table
+    starts, ends = _ranges(app, source.topic.name, from_ms, to_ms)
+    source_partitions = len(ends)
+    # compile_pipeline's repartition topics take the source's partition count.
+    plan = _Plan(app_ref, import_root(app_ref), table_name, source_partitions, output=to_topic is not None)
+    options = log_options(app)
+    ranges = [r for p in sorted(ends) for r in split_range(OffsetRange(p, starts[p], ends[p]), SPLIT_OFFSETS)]
+    counter = spark.sparkContext.accumulator(0)
+    read_range = functools.partial(_read_source, options.get("path"), options.get("bootstrap"), source.topic.name, counter)
+    records = spark.sparkContext.parallelize(ranges, max(1, len(ranges))).mapPartitions(read_range)
+    if isinstance(terminal, WindowedAggregate):
+        # Table partition p is the input partition p of the aggregating task: one Spark
+        # partition each, so one driver sees all of it.
+        placed = records.mapPartitions(functools.partial(_place, plan)).map(lambda r: (r[0], r))
+        results = placed.partitionBy(source_partitions, lambda p: p).mapPartitions(
+            functools.partial(_window_rows, plan)
+        )
+    elif terminal.kind == "count":
+        results = (
+            records.mapPartitions(functools.partial(_counts, plan))
+            .reduceByKey(_add_counts)
+            .map(functools.partial(_count_row, plan))
+        )
+    else:
+        results = (
+            records.mapPartitions(functools.partial(_plain_rows, plan))
+            .groupByKey()
+            .flatMap(functools.partial(_fold_key, plan))
+        )
+    # The results pass through the driver, which appends them once every task succeeded (as
+    # the data source's writer commits): a failed job leaves the log untouched.
+    out: list[Row] = results.collect()
+    read = int(counter.value)
+    late = [r for r in out if r[0] == LATE]
+    if late and to_topic is None:
+        assert isinstance(table, WindowedTable)
+        topic = table.late_topic
+        _ensure_topic(app, topic.name, topic.partitions or app.topic_partitions, topic.config)
+        append(app, topic.name, late)
+    if to_topic is not None:
+        written = write_topic(app, to_topic, [r for r in out if r[0] == OUTPUT])
+        return BackfillReport(table_name, read, written, ends, len(late), None, to_topic=to_topic)
+    rows = [r for r in out if r[0] == CHANGELOG]
+    windows = sum(1 for r in rows if (r[2] or b"")[:1] == _WINDOW_DATA) if isinstance(table, WindowedTable) else None
+    # The worker's rule: the changelog's count if it exists, else the table's, else the sources'.
+    table_partitions = _partition_count(app, table.changelog_topic.name) or table.declared_partitions or source_partitions
+    written, deleted = write_changelog(spark, app, table, rows, table_partitions)
+    return BackfillReport(table_name, read, written, ends, len(late), windows, deleted)
+
+
+def write_changelog(spark: Any, app: App, table: Any, rows: list[Row], partitions: int) -> tuple[int, int]:
+    """Append ``rows`` to ``table``'s changelog, with a tombstone for each key the changelog
+    already holds that ``rows`` lack; (records written, of which tombstones)."""
+    name = table.changelog_topic.name
+    stale: list[Row] = []
+    if _partition_count(app, name):
+        new = {(r[1], r[2]) for r in rows}
+        now = int(time.time() * 1000)
+        stale = [(CHANGELOG, p, key, None, now, None) for p, key in _keys(spark, app, name) if (p, key) not in new]
+    rows = rows + stale
+    if rows:
+        _ensure_topic(app, name, partitions, table.changelog_topic.config)
+        append(app, name, rows)
+    return len(rows), len(stale)
+
+
+def write_topic(app: App, topic: str, rows: list[Row]) -> int:
+    """Append ``rows`` to ``topic`` (created as the app declares it, or with the app's default
+    partition count); how many."""
+    declared = app.topics.get(topic)
+    partitions = (declared.partitions if declared is not None else None) or app.topic_partitions
+    _ensure_topic(app, topic, partitions, declared.config if declared is not None else {})
+    if rows:
+        append(app, topic, rows)
+    return len(rows)
+
+
+def append(app: App, topic: str, rows: list[Row]) -> None:
+    """Append ``rows`` to ``topic``: a row without a partition goes where a producer puts its
+    key (murmur2), as the data source's writer places rows."""
+    options = log_options(app)
+    log = open_source_log(options.get("path"), options.get("bootstrap"), topic)
+    try:
+        count = log.partition_count()
+        by_partition: dict[int, list[NewRecord]] = {}
+        spread = 0
+        for _kind, p, key, value, ts, headers in rows:
+            if p is None:
+                if key is None:
+                    p, spread = spread % count, spread + 1
+                else:
+                    p = partition_for_key(key, count)
+            by_partition.setdefault(p, []).append(NewRecord(key, value, ts, headers or ()))
+        for p, records in sorted(by_partition.items()):
+            log.append(p, records, "none")
+    finally:
+        log.close()
+
+
+def _keys(spark: Any, app: App, topic: str) -> set[tuple[int, bytes | None]]:
+    """(partition, key) of every key ``topic`` holds: whose last record is not a tombstone
+    (read on the executors)."""
+    starts, ends = _ranges(app, topic, None, None)
+    options = log_options(app)
+    ranges = [r for p in sorted(ends) for r in split_range(OffsetRange(p, starts[p], ends[p]), SPLIT_OFFSETS)]
+    if not ranges:
+        return set()
+    counter = spark.sparkContext.accumulator(0)
+    read = functools.partial(_read_source, options.get("path"), options.get("bootstrap"), topic, counter)
+    last = (
+        spark.sparkContext.parallelize(ranges, len(ranges)).mapPartitions(read)
+        .flatMap(lambda chunk: [((chunk[0], r.key), (r.offset, r.value is not None)) for r in chunk[1]])
+        .reduceByKey(max)
     )
-    out = spark.createDataFrame(results, "key binary, value binary, partition int, timestamp timestamp")
-    out.cache()
-    written = out.count()
-    if written:
-        _ensure_changelog(app, table, table_partitions)
-        writer = out.write.format(FORMAT).option("topic", table.changelog_topic.name).mode("append")
-        for name, value in options.items():
-            writer = writer.option(name, value)
-        writer.save()
-    out.unpersist()
-    return BackfillReport(table_name, read, written, ends)
+    return {where for where, (_offset, held) in last.collect() if held}
 
 
-def _partition_count(app: App, topic: str, default: int) -> int:
+def _write(rows: Any, app: App, topic: str) -> None:
+    """A DataFrame of rows appended through the data source's writer."""
+    writer = rows.write.format(FORMAT).option("topic", topic).mode("append")
+    for name, value in log_options(app).items():
+        writer = writer.option(name, value)
+    writer.save()
+
+
+# -- hand-written jobs ----------------------------------------------------------------------------
+
+
+def load_job(job_ref: str) -> Callable[[Any, Any], Any]:
+    """The function ``module:function``, or a clear error."""
+    module_name, sep, attr = job_ref.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"--job wants module:function, not {job_ref!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"cannot import the job's module {module_name!r}: {exc}") from None
+    fn = getattr(module, attr, None)
+    if fn is None:
+        raise ConfigError(f"module {module_name!r} has no function {attr!r}")
+    if not callable(fn):
+        raise ConfigError(f"{job_ref!r} is not a function")
+    return fn  # type: ignore[no-any-return]
+
+
+def check_job_result(job_ref: str, result: Any) -> Any:
+    """``result`` if it is a DataFrame of ``key`` and ``value`` (binary or string), else a
+    clear error."""
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import BinaryType, StringType
+
+    if not isinstance(result, DataFrame):
+        raise ConfigError(f"job {job_ref} returned {type(result).__name__}, not a DataFrame of key and value")
+    types = {f.name: f.dataType for f in result.schema.fields}
+    if set(types) != {"key", "value"} or not all(isinstance(t, (BinaryType, StringType)) for t in types.values()):
+        found = ", ".join(f"{n} {t.simpleString()}" for n, t in types.items())
+        raise ConfigError(
+            f"job {job_ref} returned columns ({found}): it must return exactly key and value, binary or string"
+        )
+    return result
+
+
+def run_job(
+    spark: Any, app_ref: str, job_ref: str, *, table: str | None = None, source_topic: str | None = None,
+    to_topic: str | None = None, from_ms: int | None = None, to_ms: int | None = None,
+) -> BackfillReport:
+    """Run the job ``job_ref`` (``fn(spark, source_df) -> DataFrame(key, value)``) over the
+    source's history: into ``to_topic`` when given, else into ``table`` (a declarative, not
+    windowed, table whose pipeline the job replaces: its changelog, then the app's group moves
+    as for ``backfill``). The source is ``table``'s pipeline's, else ``source_topic``."""
+    from pyspark.sql import functions as F
+
+    if table is None and to_topic is None:
+        raise ConfigError("a job writes a table (--table) or a topic (--to-topic)")
+    register(spark)
+    app = load_app(app_ref, None)
+    fn = load_job(job_ref)
+    pipeline = find_pipeline(app, table) if table is not None else None
+    if pipeline is not None and to_topic is None and isinstance(pipeline[-1], WindowedAggregate):
+        raise ConfigError(
+            f"table {table!r} is windowed: its changelog holds the window driver's store, which a job's "
+            "(key, value) rows are not; run it without --job, or write the job's rows to a topic (--to-topic)"
+        )
+    if pipeline is not None:
+        first = pipeline[0]
+        assert isinstance(first, Source)
+        if source_topic not in (None, first.topic.name):
+            raise ConfigError(f"a job for table {table!r} reads its pipeline's source {first.topic.name!r}, "
+                              f"not {source_topic!r}")
+        source_topic = first.topic.name
+    if source_topic is None:
+        raise ConfigError("name the job's source topic (--source)")
+    if table is not None and pipeline is not None and to_topic is None:
+        _check_group_free(app, [(table, pipeline)])
+    starts, ends = _ranges(app, source_topic, from_ms, to_ms)
+    frame = source_frame(spark, app, source_topic, starts, ends)
+    read = sum(ends[p] - starts[p] for p in ends)  # offsets: the job's own reading is not counted twice
+    result = check_job_result(job_ref, fn(spark, frame))
+    rows = result.select(F.col("key").cast("binary").alias("key"), F.col("value").cast("binary").alias("value"))
+    if to_topic is not None:
+        rows = rows.cache()
+        try:
+            written = int(rows.count())
+            declared = app.topics.get(to_topic)
+            partitions = (declared.partitions if declared is not None else None) or app.topic_partitions
+            _ensure_topic(app, to_topic, partitions, declared.config if declared is not None else {})
+            if written:
+                _write(rows, app, to_topic)
+        finally:
+            rows.unpersist()
+        return BackfillReport(table or source_topic, read, written, ends, to_topic=to_topic, job=job_ref)
+    assert table is not None and pipeline is not None
+    target = app.tables[table]
+    partitions = _partition_count(app, target.changelog_topic.name) or target.declared_partitions or len(ends)
+    plan = _Plan(app_ref, import_root(app_ref), table, len(ends), job=job_ref)
+    # Keys go where the worker's pipeline puts them: hashed over the source's partition count.
+    now = int(time.time() * 1000)
+    # The rows pass through the driver anyway; placing them there keeps a bad key's error here.
+    changelog: list[Row] = [
+        (CHANGELOG, p, key, value, now, None)
+        for key, value, p in _job_rows(plan, len(ends), iter(rows.collect()))
+    ]
+    written, deleted = write_changelog(spark, app, target, changelog, partitions)
+    _commit(app, [(table, pipeline)], {source_topic: ends})
+    return BackfillReport(table, read, written, ends, deleted=deleted, job=job_ref)
+
+
+# -- the log --------------------------------------------------------------------------------------
+
+
+def _partition_count(app: App, topic: str) -> int | None:
     import asyncio
 
     from streamkit.transport.base import open_log_client
@@ -340,10 +866,10 @@ def _partition_count(app: App, topic: str, default: int) -> int:
         finally:
             await client.aclose()
 
-    return asyncio.run(count()) or default
+    return asyncio.run(count())
 
 
-def _ensure_changelog(app: App, table: Any, partitions: int) -> None:
+def _ensure_topic(app: App, name: str, partitions: int, config: Any) -> None:
     import asyncio
 
     from streamkit.transport.base import open_log_client
@@ -352,7 +878,7 @@ def _ensure_changelog(app: App, table: Any, partitions: int) -> None:
         client = open_log_client(app.broker)
         await client.start()
         try:
-            await client.ensure_topic(table.changelog_topic.name, partitions, table.changelog_topic.config)
+            await client.ensure_topic(name, partitions, config)
         finally:
             await client.aclose()
 

@@ -90,7 +90,7 @@ def test_the_backfill_command(tmp_path: Path) -> None:
     import streamkit as sk
 
     streamkit = str(Path(sys.executable).parent / "streamkit")
-    env = {**os.environ, "BF_BROKER": f"file://{tmp_path / 'log'}", "PYTHONPATH": str(HERE)}
+    env = {**os.environ, "BF_BROKER": f"file://{tmp_path / 'log'}", "PYTHONPATH": str(HERE), "TMPDIR": str(tmp_path)}
     loader = sk.App("loader")
     orders = loader.topic("orders", key_type=str, value_type=dict, partitions=3)
 
@@ -113,3 +113,87 @@ def test_the_backfill_command(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "orders_per_user: 50 records read, 5 keys written" in done.stdout
     assert "latest_amount: 50 records read, 50 keys written" in done.stdout
+
+
+def _load_orders(data_dir: Path, orders: list[tuple[str, dict[str, Any]]]) -> None:
+    import streamkit as sk
+
+    loader = sk.App("loader")
+    topic = loader.topic("orders", key_type=str, value_type=dict, partitions=3)
+
+    async def load() -> None:
+        async with AppDriver(loader, data_dir=str(data_dir)) as driver:
+            for key, order in orders:
+                await driver.send(topic, order, key=key, timestamp=1_700_000_000_000 + int(key[1:]))
+
+    asyncio.run(load())
+
+
+def test_a_job_fills_a_table_as_its_pipeline_would(spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from streamkit.spark.backfill import backfill, run_job
+
+    monkeypatch.setenv("BF_BROKER", f"file://{tmp_path / 'log'}")
+    monkeypatch.syspath_prepend(str(HERE))
+    sys.modules.pop("job_app", None)
+    module = importlib.import_module("job_app")
+    _load_orders(tmp_path / "log", ORDERS)
+    expected = dict(collections.Counter(o["user"] for _, o in ORDERS))
+
+    # The declarative table's results to a topic: neither the changelog nor the group move.
+    to_topic = backfill(spark, "job_app:app", "orders_per_user", to_topic="user-counts")[0]
+    assert to_topic.keys_written == 5
+    rows = spark.read.format("streamkit").option("path", str(tmp_path / "log")).option("topic", "user-counts").load()
+    assert {bytes(r.key): bytes(r.value) for r in rows.collect()} == {
+        f'"{u}"'.encode(): str(n).encode() for u, n in expected.items()
+    }
+
+    report = run_job(spark, "job_app:app", "jobs:orders_per_user", table="orders_per_user")
+    assert report.keys_written == 5 and report.records_read == len(ORDERS)
+
+    async def served() -> tuple[dict[str, int], dict[str, int]]:
+        async with AppDriver(module.app, data_dir=str(tmp_path / "log"), state_dir=str(tmp_path / "state")) as driver:
+            await driver.process()
+            before = dict(module.per_user.items())
+            await driver.send(module.orders, {"user": "u3", "amount": 1}, key="o1000")
+            await driver.process()
+            return before, dict(module.per_user.items())
+
+    before, after = asyncio.run(served())
+    assert before == expected  # every key in the partition the worker looks in
+    assert after == {**expected, "u3": expected["u3"] + 1}  # only the new order was processed
+
+
+def test_the_job_command_and_its_bad_input(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    streamkit = str(Path(sys.executable).parent / "streamkit")
+    env = {**os.environ, "BF_BROKER": f"file://{tmp_path / 'log'}", "PYTHONPATH": str(HERE), "TMPDIR": str(tmp_path)}
+    _load_orders(tmp_path / "log", ORDERS[:40])
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([streamkit, "backfill", "-A", "job_app:app", *args], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300)
+
+    missing = run("--job", "jobs:nope", "--table", "orders_per_user")
+    assert missing.returncode == 2 and missing.stderr == "streamkit: error: module 'jobs' has no function 'nope'\n"
+    no_target = run("--job", "jobs:amounts")
+    assert no_target.returncode == 2 and no_target.stderr.count("\n") == 1 and "--to-topic" in no_target.stderr
+    wrong = run("--job", "jobs:wrong_columns", "--to-topic", "amounts", "--source", "orders")
+    assert wrong.returncode == 2, wrong.stderr
+    assert wrong.stderr == (
+        "streamkit: error: job jobs:wrong_columns returned columns (key binary, value binary, offset bigint): "
+        "it must return exactly key and value, binary or string\n"
+    )
+    assert not (tmp_path / "log" / "amounts-0").exists()  # nothing written, not even the topic
+    bad_keys = run("--job", "jobs:bad_keys", "--table", "orders_per_user")
+    assert bad_keys.returncode == 2 and bad_keys.stderr.count("\n") == 1, bad_keys.stderr
+    assert "returned key b'not json {', which the table's serializer does not read" in bad_keys.stderr
+    failing = run("--job", "jobs:failing", "--to-topic", "amounts", "--source", "orders")
+    assert failing.returncode == 1 and failing.stderr.count("\n") == 1, failing.stderr
+    assert failing.stderr.startswith("streamkit: error: the Spark job failed: ValueError: cannot price order b'")
+    assert "Spark's log: " in failing.stderr
+    assert not (tmp_path / "log" / "amounts-0").exists()
+    done = run("--job", "jobs:amounts", "--to-topic", "amounts", "--source", "orders")
+    assert done.returncode == 0, done.stderr
+    assert "orders: 40 offsets read, 40 records written to topic amounts" in done.stdout
