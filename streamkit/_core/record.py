@@ -22,7 +22,9 @@ This module owns how data becomes a record, with Faust's class options
   ``null`` takes its default, as in Faust;
 * Faust's metadata, the key ``"__faust": {"ns": "<namespace>"}``, is ignored when the
   record's type is known, names the class for untyped data (``reconstruct``), and is written
-  by ``to_representation`` (so by the serializers) when ``include_metadata=True``.
+  by ``to_representation`` (so by the serializers) when ``include_metadata=True``; untyped
+  state (a table without ``value_type``) always writes it, nested records included
+  (``tagged``), so a record stored there reads back as that record (``reconstruct_all``).
 
 The rejection is a ``RecordError``; the serializers turn it into a ``SerdeError``, which
 sends the message to the dead-letter topic.
@@ -235,6 +237,32 @@ def _nested(tp: Any, value: Any) -> Any:
         return [_nested(args[0], v) for v in value]
     if origin is dict and len(args) == 2 and isinstance(value, dict):
         return {k: _nested(args[1], v) for k, v in value.items()}
+    return value
+
+
+def tagged(value: Any) -> Any:
+    """Plain data for ``value`` with every record in it (nested in lists and dicts too) named
+    by Faust's metadata, whatever its class's ``include_metadata``: what untyped state writes,
+    so that ``reconstruct_all`` gives the same records back."""
+    if isinstance(value, Record):
+        payload = {name: tagged(getattr(value, name)) for name in value.__struct_fields__}
+        payload[METADATA_KEY] = {"ns": value._options.namespace}
+        return payload
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [tagged(v) for v in value]
+    if isinstance(value, dict):
+        return {k: tagged(v) for k, v in value.items()}
+    return value
+
+
+def reconstruct_all(value: Any) -> Any:
+    """``reconstruct`` through lists and dicts: the records ``tagged`` wrote, as records."""
+    if type(value) is list:
+        return [reconstruct_all(v) for v in value]
+    if type(value) is dict:
+        if METADATA_KEY in value:
+            return reconstruct(value)
+        return {k: reconstruct_all(v) for k, v in value.items()}
     return value
 
 

@@ -31,7 +31,14 @@ from typing import Any, Protocol, runtime_checkable
 import msgspec
 
 from streamkit._core.errors import StreamkitError
-from streamkit._core.record import METADATA_KEY, Record, RecordError, reconstruct
+from streamkit._core.record import (
+    METADATA_KEY,
+    Record,
+    RecordError,
+    reconstruct,
+    reconstruct_all,
+    tagged,
+)
 
 
 class SerdeError(StreamkitError, ValueError):
@@ -152,6 +159,51 @@ class MsgpackSerde(_MsgspecSerde):
 
     format = "msgpack"
     _module = msgspec.msgpack
+
+
+class StateSerde:
+    """Untyped JSON or MessagePack for state (a table without ``value_type``): a record, also
+    inside a list or dict, is written with Faust's metadata and read back as that record, so a
+    table's value is the same object type live, after its cache evicts it and after a restart
+    (Faust keeps such values as Python objects in its memory store)."""
+
+    def __init__(self, plain: _MsgspecSerde) -> None:
+        self._plain = plain
+        self.name = plain.name
+        self._encoder = plain._encoder
+        self._decode = plain._plain.decode
+
+    def dumps(self, value: Any) -> bytes | None:
+        if value is None:
+            return None
+        if isinstance(value, (Record, list, tuple, set, frozenset, dict)):
+            try:
+                return self._encoder.encode(tagged(value))  # type: ignore[no-any-return]
+            except (TypeError, msgspec.EncodeError) as exc:
+                raise SerdeError(f"cannot encode {type(value).__name__} as {self.name}: {exc}") from exc
+        return self._plain.dumps(value)
+
+    def loads(self, data: bytes | None) -> Any:
+        if data is None:
+            return None
+        try:
+            value = self._decode(data)
+        except msgspec.DecodeError as exc:
+            raise SerdeError(f"does not decode as {self.name}: {exc}") from exc
+        if type(value) is dict or type(value) is list:
+            try:
+                return reconstruct_all(value)
+            except RecordError as error:
+                raise SerdeError(f"does not decode as {self.name}: {error}") from error
+        return value
+
+
+def state_serde(serde: Serde) -> Serde:
+    """``serde``, made to keep records as records (``StateSerde``) when it is untyped JSON or
+    MessagePack; any other serde unchanged."""
+    if isinstance(serde, _MsgspecSerde) and serde._untyped:
+        return StateSerde(serde)
+    return serde
 
 
 class JsonStrSerde:

@@ -28,7 +28,7 @@ from streamkit._core.clock import SYSTEM_CLOCK, Clock
 from streamkit._core.context import current_event
 from streamkit._core.errors import ConfigError
 from streamkit._core.partitioner import partition_for_key
-from streamkit._core.serde import Serde, serde_for
+from streamkit._core.serde import Serde, serde_for, state_serde
 from streamkit.tables.errors import PartitionNotHeldError, TableError
 from streamkit.tables.partition import MISSING, TablePartition
 
@@ -45,10 +45,11 @@ def table_serdes(
 ) -> tuple[Serde, Serde]:
     """A table's key and value serializers. Keys: a declared type's codec (str keys as UTF-8,
     as a str-keyed topic writes them, so hashes agree), else JSON (any JSON-able key). Values:
-    JSON, typed if declared. An explicit serializer wins."""
+    JSON, typed if declared; untyped, a record stored in it reads back as that record. An
+    explicit serializer wins."""
     key = serde_for(key_serializer if key_serializer is not None else (key_type or "json"), key_type)
     value = serde_for(value_serializer if value_serializer is not None else (value_type or "json"), value_type)
-    return key, value
+    return key, state_serde(value)
 
 
 class Table:

@@ -33,7 +33,8 @@ been written with), not by the wall clock as Faust's do:
   between a callback and that commit, the callback runs again: at least once, as records).
 * A window is deleted (a tombstone in the changelog) once stream time passes its start +
   ``expires`` (default: size + grace, when it closes); ``expires`` keeps closed windows
-  readable longer (``.delta``), never shorter than until they close.
+  readable longer (``.delta``); a shorter ``expires`` (Faust accepts one) keeps each window
+  until it closes, with a warning.
 * A write whose windows are all closed is late: it changes nothing, the event goes to
   ``<app>-late`` with headers naming the table and the reason, and is counted per table
   (``/metrics``, ``/status``).

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
+from typing import Any
 
+import streamkit as sk
 from streamkit._core.partitioner import partition_for_key
 from streamkit.tables.store import RocksStore
 from streamkit.testing import AppDriver
@@ -88,3 +91,34 @@ async def test_state_ahead_of_a_recreated_changelog_is_rebuilt(tmp_path: Path) -
         wiped = [p.wiped for p in driver.worker.state_manager.restores.values() if p.wiped]
         assert wiped and all(w.startswith("ahead") for w in wiped)
         assert dict(capp.counts.items()) == {}
+
+
+class Reading(sk.Record):
+    sensor: str
+    value: float
+
+
+async def test_records_in_an_untyped_table_read_back_as_records_after_a_restart(tmp_path: Path) -> None:
+    """Faust keeps a table's values as Python objects; here they are stored, so an untyped
+    table (``default=list``, no ``value_type``) must give back the same records, nested in
+    lists and dicts, from RocksDB and from the changelog alone."""
+    app = sk.App("untyped-records")
+    readings = app.topic("readings", value_type=Reading, partitions=1)
+    history = app.Table("history", default=list, partitions=1)
+
+    @app.agent(readings)
+    async def keep(stream: Any) -> None:
+        async for reading in stream:
+            history[reading.sensor] = [*history[reading.sensor], reading]
+
+    expected = [Reading(sensor="s", value=1.5), Reading(sensor="s", value=2.5)]
+    async with AppDriver(app, data_dir=str(tmp_path / "log"), state_dir=str(tmp_path / "state")) as driver:
+        for reading in expected:
+            await driver.send(readings, reading, key="s")
+        await driver.process()
+    for wipe in (False, True):
+        if wipe:
+            shutil.rmtree(tmp_path / "state")
+        async with AppDriver(app, data_dir=str(tmp_path / "log"), state_dir=str(tmp_path / "state")):
+            assert history["s"] == expected
+            assert all(type(r) is Reading for r in history["s"])
