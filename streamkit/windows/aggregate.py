@@ -274,13 +274,14 @@ class WindowAggregator(Generic[V, A]):
         if not targets:
             return "window-closed"
         for start, end in targets:
-            window = self._get(key, start, end)
+            window_key = encode_window_key(key, start, end)  # encoded once for the get and puts
+            window = self._get(key, start, end, window_key)
             if window is None:
                 window = _Window(start, end, ts, self.aggregation.initializer())
-                self._index(key, start, end)
+                self._index(key, start, end, window_key)
             window.value = self.aggregation.adder(window.value, value)
             window.max_ts = max(window.max_ts, ts)
-            self._put(key, window, step)
+            self._put(key, window, step, window_key)
         return None
 
     def _process_session(
@@ -419,8 +420,8 @@ class WindowAggregator(Generic[V, A]):
 
     # -- store access ---------------------------------------------------------------------
 
-    def _get(self, key: bytes, start: int, end: int) -> _Window[A] | None:
-        raw = self.store.get(_DATA + encode_window_key(key, start, end))
+    def _get(self, key: bytes, start: int, end: int, window_key: bytes | None = None) -> _Window[A] | None:
+        raw = self.store.get(_DATA + (window_key or encode_window_key(key, start, end)))
         if raw is None:
             return None
         return _Window(start, end, _MAX_TS.unpack(raw[:8])[0], self.aggregation.deserialize(raw[8:]))
@@ -433,14 +434,14 @@ class WindowAggregator(Generic[V, A]):
             found.append(_Window(start, end, _MAX_TS.unpack(raw[:8])[0], value))
         return found
 
-    def _put(self, key: bytes, window: _Window[A], step: Step[V, A]) -> None:
+    def _put(self, key: bytes, window: _Window[A], step: Step[V, A], window_key: bytes | None = None) -> None:
         raw = _MAX_TS.pack(window.max_ts) + self.aggregation.serialize(window.value)
-        self.store.put(_DATA + encode_window_key(key, window.start, window.end), raw)
+        self.store.put(_DATA + (window_key or encode_window_key(key, window.start, window.end)), raw)
         if self.emit == "update":
             step.emitted.append(WindowResult(key, window.start, window.end, window.value))
 
-    def _index(self, key: bytes, start: int, end: int) -> None:
-        self.store.put(_BY_END + encode_ms(end) + encode_window_key(key, start, end), b"")
+    def _index(self, key: bytes, start: int, end: int, window_key: bytes | None = None) -> None:
+        self.store.put(_BY_END + encode_ms(end) + (window_key or encode_window_key(key, start, end)), b"")
         if self._close_ends is not None:  # else the heaps are loaded from the index, with it
             if self.emit == "close":
                 heapq.heappush(self._close_ends, end)
