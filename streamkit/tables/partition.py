@@ -21,7 +21,7 @@ of a commit interval reach the store only after their transaction committed, so 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from streamkit._core.serde import RawSerde, Serde
@@ -181,6 +181,64 @@ class TablePartition:
                     self._unstored.pop(decoded, None)
 
 
+class _SortedKeys:
+    """A sorted set of bytes keys in chunks of at most ``2 * CHUNK`` keys: an insert moves one
+    chunk's tail, not every key after it as one sorted list would (a join inserts two keys per
+    record into tens of thousands)."""
+
+    CHUNK = 512
+
+    __slots__ = ("_chunks", "_maxes")
+
+    def __init__(self, keys: Iterable[bytes] = ()) -> None:
+        ordered = sorted(keys)
+        step = self.CHUNK
+        self._chunks: list[list[bytes]] = [ordered[i : i + step] for i in range(0, len(ordered), step)]
+        self._maxes: list[bytes] = [chunk[-1] for chunk in self._chunks]
+
+    def add(self, key: bytes) -> None:
+        """Insert ``key``, which must not be in the set."""
+        chunks = self._chunks
+        if not chunks:
+            chunks.append([key])
+            self._maxes.append(key)
+            return
+        maxes = self._maxes
+        i = bisect.bisect_left(maxes, key)
+        if i == len(maxes):
+            i -= 1
+            chunk = chunks[i]
+            chunk.append(key)
+        else:
+            chunk = chunks[i]
+            bisect.insort(chunk, key)
+        maxes[i] = chunk[-1]
+        if len(chunk) > 2 * self.CHUNK:
+            half = self.CHUNK
+            chunks[i : i + 1] = [chunk[:half], chunk[half:]]
+            maxes[i : i + 1] = [chunk[half - 1], chunk[-1]]
+
+    def between(self, lo: bytes, hi: bytes) -> list[bytes]:
+        """The keys ``k`` with ``lo <= k < hi``, in order."""
+        chunks = self._chunks
+        i = bisect.bisect_left(self._maxes, lo)
+        out: list[bytes] = []
+        first = i
+        while i < len(chunks):
+            chunk = chunks[i]
+            start = bisect.bisect_left(chunk, lo) if i == first else 0  # later chunks start above lo
+            end = bisect.bisect_left(chunk, hi)
+            out.extend(chunk[start:end])
+            if end < len(chunk):
+                break
+            i += 1
+        return out
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self._chunks:
+            yield from chunk
+
+
 class SortedPartition(TablePartition):
     """A table partition of raw bytes keys and values with ordered range reads: the store of a
     windowed aggregation (``windows.WindowStore``: get, put, delete, range).
@@ -199,7 +257,7 @@ class SortedPartition(TablePartition):
         self._dirty_sorted: dict[bytes, bytes | None] = {}
         self._stamps: dict[bytes, int] = {}
         self._flushing: dict[bytes, bytes | None] = {}
-        self._order: list[bytes] = []  # the keys of _dirty and _flushing, sorted
+        self._order = _SortedKeys()  # the keys of _dirty and _flushing
 
     def read(self, key: bytes) -> bytes | None:
         if key in self._dirty_sorted:
@@ -214,14 +272,12 @@ class SortedPartition(TablePartition):
 
     def _write(self, key: bytes, value: bytes | None) -> None:
         if key not in self._dirty_sorted and key not in self._flushing:
-            bisect.insort(self._order, key)
+            self._order.add(key)
         self._dirty_sorted[key] = value
         self._stamps[key] = self.timestamp_ms
 
     def range(self, lo: bytes, hi: bytes) -> Iterator[tuple[bytes, bytes]]:
-        order = self._order
-        overlay = order[bisect.bisect_left(order, lo) : bisect.bisect_left(order, hi)]
-        return self._merge(self.store.range(lo, hi), overlay)
+        return self._merge(self.store.range(lo, hi), self._order.between(lo, hi))
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         return self._merge(self.store.items(), list(self._order))
@@ -253,7 +309,7 @@ class SortedPartition(TablePartition):
         for key, _value, _ts in changes:
             if key not in self._dirty_sorted:
                 self._flushing.pop(key, None)
-        self._order = sorted({*self._dirty_sorted, *self._flushing})
+        self._order = _SortedKeys({*self._dirty_sorted, *self._flushing})
 
     def restore(self, changes: Sequence[Change], changelog_offset: int) -> None:
         self.store.apply(changes, changelog_offset)
@@ -263,7 +319,7 @@ class SortedPartition(TablePartition):
         self._dirty_sorted = {}
         self._stamps = {}
         self._flushing = {}
-        self._order = []
+        self._order = _SortedKeys()
 
 
 class WindowStoreView:

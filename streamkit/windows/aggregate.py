@@ -47,6 +47,7 @@ every window it would go to is closed (``spec.py`` gives the close rules; ``sess
 
 from __future__ import annotations
 
+import heapq
 import struct
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -222,6 +223,13 @@ class WindowAggregator(Generic[V, A]):
         # above the expire bound: the next expiry scan starts here, not at the index's start,
         # where the deleted entries' tombstones wait in the store's overlay for the commit.
         self._expired_until = MIN_MS
+        # The ends of the indexed windows, one heap for closing and one for expiry: every
+        # window in the index with an end at or above a scan's lower bound has its end in the
+        # heap (an entry whose window went since may linger: it only costs a scan), so a step
+        # of stream time that closes or expires nothing reads no range. Built from the index
+        # at the first scan (not here: a driver made only to read never needs them).
+        self._close_ends: list[int] | None = None
+        self._expire_ends: list[int] = []
 
     # -- records --------------------------------------------------------------------------
 
@@ -266,13 +274,14 @@ class WindowAggregator(Generic[V, A]):
         if not targets:
             return "window-closed"
         for start, end in targets:
-            window = self._get(key, start, end)
+            window_key = encode_window_key(key, start, end)  # encoded once for the get and puts
+            window = self._get(key, start, end, window_key)
             if window is None:
                 window = _Window(start, end, ts, self.aggregation.initializer())
-                self._index(key, start, end)
+                self._index(key, start, end, window_key)
             window.value = self.aggregation.adder(window.value, value)
             window.max_ts = max(window.max_ts, ts)
-            self._put(key, window, step)
+            self._put(key, window, step, window_key)
         return None
 
     def _process_session(
@@ -340,15 +349,21 @@ class WindowAggregator(Generic[V, A]):
         now = self.stream_time.ms
         if now < 0:
             return
+        close_ends = self._close_ends
+        if close_ends is None:
+            close_ends = self._load_ends()
         if self.emit == "close":
             bound = self.spec.close_bound(now)
             if bound > self._emitted_until:
-                lo = _BY_END + encode_ms(self._emitted_until)
-                for index_key, _ in list(self.store.range(lo, _BY_END + encode_ms(bound))):
-                    key, start, end = decode_window_key(index_key[9:])
-                    window = self._get(key, start, end)
-                    if window is not None:
-                        step.emitted.append(WindowResult(key, start, end, window.value))
+                if close_ends and close_ends[0] < bound:
+                    while close_ends and close_ends[0] < bound:
+                        heapq.heappop(close_ends)
+                    lo = _BY_END + encode_ms(self._emitted_until)
+                    for index_key, _ in list(self.store.range(lo, _BY_END + encode_ms(bound))):
+                        key, start, end = decode_window_key(index_key[9:])
+                        window = self._get(key, start, end)
+                        if window is not None:
+                            step.emitted.append(WindowResult(key, start, end, window.value))
                 self._emitted_until = bound
                 self.store.put(_EMITTED_KEY, encode_ms(bound))
         bound = expire_bound(self.spec, now, self.retention_ms)
@@ -356,9 +371,22 @@ class WindowAggregator(Generic[V, A]):
             return
         lo = _BY_END + encode_ms(self._expired_until)
         self._expired_until = bound
+        expire_ends = self._expire_ends
+        if not expire_ends or expire_ends[0] >= bound:
+            return
+        while expire_ends and expire_ends[0] < bound:
+            heapq.heappop(expire_ends)
         for index_key, _ in list(self.store.range(lo, _BY_END + encode_ms(bound))):
             key, start, end = decode_window_key(index_key[9:])
             self._delete(key, start, end)
+
+    def _load_ends(self) -> list[int]:
+        """Fill the heaps of window ends from the index (the store with its unstored writes)."""
+        ends = [decode_ms(index_key[1:9]) for index_key, _ in self.store.range(_BY_END, _BY_END_STOP)]
+        heapq.heapify(ends)
+        self._expire_ends = ends
+        self._close_ends = list(ends) if self.emit == "close" else []
+        return self._close_ends
 
     # -- reading --------------------------------------------------------------------------
 
@@ -392,8 +420,8 @@ class WindowAggregator(Generic[V, A]):
 
     # -- store access ---------------------------------------------------------------------
 
-    def _get(self, key: bytes, start: int, end: int) -> _Window[A] | None:
-        raw = self.store.get(_DATA + encode_window_key(key, start, end))
+    def _get(self, key: bytes, start: int, end: int, window_key: bytes | None = None) -> _Window[A] | None:
+        raw = self.store.get(_DATA + (window_key or encode_window_key(key, start, end)))
         if raw is None:
             return None
         return _Window(start, end, _MAX_TS.unpack(raw[:8])[0], self.aggregation.deserialize(raw[8:]))
@@ -406,14 +434,18 @@ class WindowAggregator(Generic[V, A]):
             found.append(_Window(start, end, _MAX_TS.unpack(raw[:8])[0], value))
         return found
 
-    def _put(self, key: bytes, window: _Window[A], step: Step[V, A]) -> None:
+    def _put(self, key: bytes, window: _Window[A], step: Step[V, A], window_key: bytes | None = None) -> None:
         raw = _MAX_TS.pack(window.max_ts) + self.aggregation.serialize(window.value)
-        self.store.put(_DATA + encode_window_key(key, window.start, window.end), raw)
+        self.store.put(_DATA + (window_key or encode_window_key(key, window.start, window.end)), raw)
         if self.emit == "update":
             step.emitted.append(WindowResult(key, window.start, window.end, window.value))
 
-    def _index(self, key: bytes, start: int, end: int) -> None:
-        self.store.put(_BY_END + encode_ms(end) + encode_window_key(key, start, end), b"")
+    def _index(self, key: bytes, start: int, end: int, window_key: bytes | None = None) -> None:
+        self.store.put(_BY_END + encode_ms(end) + (window_key or encode_window_key(key, start, end)), b"")
+        if self._close_ends is not None:  # else the heaps are loaded from the index, with it
+            if self.emit == "close":
+                heapq.heappush(self._close_ends, end)
+            heapq.heappush(self._expire_ends, end)
 
     def _delete(self, key: bytes, start: int, end: int) -> None:
         window_key = encode_window_key(key, start, end)
