@@ -103,7 +103,16 @@ class TransactionCoordinator:
         # One write at a time, each of the state as it is when its turn comes: the file
         # never goes back to an older state.
         async with self._save_lock:
-            await self._run_blocking(self._file.write, TxnLog.encode(self._entries))
+            write = asyncio.ensure_future(self._run_blocking(self._file.write, TxnLog.encode(self._entries)))
+            try:
+                await asyncio.shield(write)
+            except asyncio.CancelledError:
+                # The thread writes on (run_blocking shields it): hold the lock until it is
+                # done, or the next write shares its temporary file and one of the two renames
+                # finds it gone (a worker stopping mid-commit failed so).
+                if not write.done():
+                    await asyncio.wait([write])
+                raise
 
     # -- requests --------------------------------------------------------------------------
 
