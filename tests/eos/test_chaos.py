@@ -28,6 +28,7 @@ import pytest
 from broker_helpers import BrokerProcess
 
 from tests.eos.eos_log import committed, local_offsets, local_table, outputs, produce, reference
+from tests.worker_process import drain, wait_for_line
 
 HERE = Path(__file__).resolve().parent
 STREAMKIT = str(Path(sys.executable).parent / "streamkit")
@@ -45,24 +46,6 @@ def _start(tmp: Path, env: dict[str, str], guarantee: str) -> subprocess.Popen[s
     )
 
 
-async def _wait_for_line(proc: subprocess.Popen[str], pattern: str, seen: list[str], timeout: float = 60) -> None:
-    assert proc.stderr is not None
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while loop.time() < deadline:
-        line = await asyncio.wait_for(asyncio.to_thread(proc.stderr.readline), deadline - loop.time())
-        if not line:
-            raise AssertionError(f"worker exited before {pattern!r}:\n{''.join(seen[-30:])}")
-        seen.append(line)
-        if re.search(pattern, line):
-            return
-    raise AssertionError(f"no {pattern!r} in time:\n{''.join(seen[-30:])}")
-
-
-def _drain(proc: subprocess.Popen[str], seen: list[str]) -> None:
-    assert proc.stderr is not None
-    seen.extend(proc.stderr.readlines())
-    proc.stderr.close()
 
 
 @pytest.fixture(params=["embedded", "broker"])
@@ -97,7 +80,7 @@ async def _chaos(
         seen: list[str] = []
         proc = _start(tmp_path, env, guarantee)
         try:
-            await _wait_for_line(proc, r"assigned ", seen)
+            await wait_for_line(proc, r"assigned ", seen)
             await asyncio.sleep(rng.uniform(0.05, 0.8))  # a random point of the run, not a condition
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=30)
@@ -105,7 +88,7 @@ async def _chaos(
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-        _drain(proc, seen)
+        drain(proc, seen)
         text = "".join(seen)
         assert "thrown away" not in text, f"seed {seed}: local state was wiped:\n{text}"
         for match in RESTORED.finditer(text):
@@ -121,7 +104,7 @@ async def _chaos(
     seen = []
     proc = _start(tmp_path, env, guarantee)
     try:
-        await _wait_for_line(proc, r"assigned ", seen)
+        await wait_for_line(proc, r"assigned ", seen)
         for _ in range(1200):
             if await committed(url) >= RECORDS:
                 break
@@ -135,7 +118,7 @@ async def _chaos(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    _drain(proc, seen)
+    drain(proc, seen)
     logs.append("".join(seen))
     return pairs, logs, live
 

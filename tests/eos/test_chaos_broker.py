@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.eos.eos_log import changelog_table, committed, outputs, produce, reference
+from tests.worker_process import wait_for_line
 
 HERE = Path(__file__).resolve().parent
 STREAMKIT = str(Path(sys.executable).parent / "streamkit")
@@ -34,21 +35,6 @@ def _start(tmp: Path, env: dict[str, str], url: str, state: Path) -> subprocess.
         env=env, cwd=tmp, stderr=subprocess.PIPE, text=True,
     )
 
-
-async def _wait_for_line(proc: subprocess.Popen[str], pattern: str, seen: list[str], timeout: float = 90) -> None:
-    import re
-
-    assert proc.stderr is not None
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while loop.time() < deadline:
-        line = await asyncio.wait_for(asyncio.to_thread(proc.stderr.readline), deadline - loop.time())
-        if not line:
-            raise AssertionError(f"worker exited before {pattern!r}:\n{''.join(seen[-30:])}")
-        seen.append(line)
-        if re.search(pattern, line):
-            return
-    raise AssertionError(f"no {pattern!r} in time:\n{''.join(seen[-30:])}")
 
 
 def _stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> int:
@@ -79,8 +65,8 @@ async def test_two_workers_one_killed_and_replaced_no_duplicate_no_loss(broker: 
     b = _start(tmp_path, env, url, tmp_path / "state-b")
     procs = [a, b]
     try:
-        await _wait_for_line(a, r"assigned ", seen_a)
-        await _wait_for_line(b, r"assigned ", seen_b)
+        await wait_for_line(a, r"assigned ", seen_a, timeout=90)
+        await wait_for_line(b, r"assigned ", seen_b, timeout=90)
         await asyncio.sleep(rng.uniform(0.3, 1.5))  # a random point of the run, not a condition
         a.send_signal(signal.SIGKILL)
         a.wait(timeout=30)
@@ -88,7 +74,7 @@ async def test_two_workers_one_killed_and_replaced_no_duplicate_no_loss(broker: 
         assert before < RECORDS, f"seed {seed}: the kill came after the end ({before})"
         c = _start(tmp_path, env, url, tmp_path / "state-a")
         procs.append(c)
-        await _wait_for_line(c, r"assigned ", seen_c)
+        await wait_for_line(c, r"assigned ", seen_c, timeout=90)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 180
         while await committed(url) < RECORDS:

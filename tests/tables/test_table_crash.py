@@ -24,6 +24,7 @@ from streamkit._core.types import TopicPartition
 from streamkit.tables.store import RocksStore
 from streamkit.transport.base import open_log_client
 from tests.tables.counting_log import PARTITIONS, committed, produce
+from tests.worker_process import drain, wait_for_line
 
 HERE = Path(__file__).resolve().parent
 STREAMKIT = str(Path(sys.executable).parent / "streamkit")
@@ -85,23 +86,6 @@ def _start(tmp: Path, env: dict[str, str]) -> subprocess.Popen[str]:
     )
 
 
-async def _wait_for_line(proc: subprocess.Popen[str], pattern: str, seen: list[str], timeout: float = 60) -> None:
-    assert proc.stderr is not None
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while loop.time() < deadline:
-        line = await asyncio.wait_for(asyncio.to_thread(proc.stderr.readline), deadline - loop.time())
-        if not line:
-            raise AssertionError(f"worker exited before {pattern!r}:\n{''.join(seen[-30:])}")
-        seen.append(line)
-        if re.search(pattern, line):
-            return
-    raise AssertionError(f"no {pattern!r} in time:\n{''.join(seen[-30:])}")
-
-
-def _drain(proc: subprocess.Popen[str], seen: list[str]) -> None:
-    assert proc.stderr is not None
-    seen.extend(proc.stderr.readlines())
 
 
 @pytest.mark.slow
@@ -120,7 +104,7 @@ async def test_sigkill_at_random_points_loses_nothing_and_replays_only_the_tail(
         seen: list[str] = []
         proc = _start(tmp_path, env)
         try:
-            await _wait_for_line(proc, r"assigned ", seen)
+            await wait_for_line(proc, r"assigned ", seen)
             await asyncio.sleep(rng.uniform(0.05, 1.0))  # a random point of the run, not a condition
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=30)
@@ -129,7 +113,7 @@ async def test_sigkill_at_random_points_loses_nothing_and_replays_only_the_tail(
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-        _drain(proc, seen)
+        drain(proc, seen)
         # Each partition's restore started where its local state stood and ran to the
         # changelog's end: only the tail was replayed.
         for match in RESTORED.finditer("".join(seen)):
@@ -147,7 +131,7 @@ async def test_sigkill_at_random_points_loses_nothing_and_replays_only_the_tail(
     seen = []
     proc = _start(tmp_path, env)
     try:
-        await _wait_for_line(proc, r"assigned ", seen)
+        await wait_for_line(proc, r"assigned ", seen)
         for _ in range(600):
             if await committed(url) >= RECORDS:
                 break
