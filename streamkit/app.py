@@ -18,6 +18,7 @@ from datetime import timedelta, tzinfo
 from typing import Any
 
 from streamkit._core.errors import ConfigError
+from streamkit._core.waiting import sleep_unless
 from streamkit.agents import Agent, AgentFn, Sink, faust_agent_name
 from streamkit.channels import Channel
 from streamkit.conf import Settings
@@ -361,14 +362,7 @@ class App:
         delay = seconds.total_seconds() if isinstance(seconds, timedelta) else float(seconds)
         if delay < 0:
             raise ConfigError(f"cannot sleep {seconds!r} seconds")
-        stopping = self._stopping
-        if stopping is None:
-            await asyncio.sleep(delay)
-            return
-        try:
-            await asyncio.wait_for(stopping.wait(), timeout=delay)
-        except TimeoutError:
-            pass
+        await sleep_unless(self._stopping, delay)
 
     def _run_began(self) -> None:
         """Called by the worker as it starts: ``should_stop`` is False until it stops."""

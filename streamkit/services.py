@@ -40,6 +40,7 @@ from datetime import timedelta, tzinfo
 from typing import Any, ClassVar
 
 from streamkit._core.errors import ConfigError
+from streamkit._core.waiting import sleep_unless
 from streamkit.crontab import CronSchedule
 
 ServiceMethod = Callable[[Any], Awaitable[None]]
@@ -317,13 +318,7 @@ class Service:
     async def sleep(self, n: float | timedelta) -> None:
         """Sleep ``n`` seconds, or less when the service stops meanwhile."""
         seconds = _seconds(n, "sleep")
-        if self._stopped is None:
-            await asyncio.sleep(seconds)
-            return
-        try:
-            await asyncio.wait_for(self._stopped.wait(), timeout=seconds)
-        except TimeoutError:
-            pass
+        await sleep_unless(self._stopped, seconds)
 
     async def wait_for_stopped(self, *coros: Awaitable[Any], timeout: float | timedelta | None = None) -> bool:
         """Wait until the service stops (at most ``timeout``), or ``coros[0]`` finishes first;

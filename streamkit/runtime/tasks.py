@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamkit._core.errors import StreamkitError
 from streamkit._core.types import TopicPartition
+from streamkit._core.waiting import sleep_unless
 from streamkit.agents import Agent
 from streamkit.channels import ChannelSource
 from streamkit.replies import reply_address
@@ -286,24 +287,31 @@ class PartitionTask:
                 "agent %s failed %d times in a row without processing a record, stopping the worker: %r",
                 where, failures, exc,
             )
-            error = AgentFailedError(
-                f"agent {where} failed {failures} times in a row without processing a record "
-                f"(max_agent_failures={limit}); last error: {type(exc).__name__}: {exc}"
-            )
-            error.__cause__ = exc
-            self.worker.fail(error)
+            self.worker.fail(failed_too_often(where, failures, limit, exc, "a record"))
             return False
-        delay = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (failures - 1))
+        delay = backoff_delay(failures)
         self._failure = AgentFailure(f"{type(exc).__name__}: {exc}", failures, delay)
         logger.error(
             "agent %s failed outside a record (%d in a row), starting it again in %.1f s: %r",
             where, failures, delay, exc, exc_info=exc if failures == 1 else None,
         )
-        try:
-            await asyncio.wait_for(self._stopped.wait(), delay)
-        except TimeoutError:
-            pass
+        await sleep_unless(self._stopped, delay)
         return not self._stopping
+
+
+def backoff_delay(failures: int) -> float:
+    """Seconds to wait after ``failures`` failures in a row: doubling from the first, capped."""
+    return float(min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (failures - 1)))
+
+
+def failed_too_often(where: str, failures: int, limit: int, exc: BaseException, unit: str) -> AgentFailedError:
+    """The error that stops the worker when an agent failed ``limit`` times before ``unit``."""
+    error = AgentFailedError(
+        f"agent {where} failed {failures} times in a row without processing {unit} "
+        f"(max_agent_failures={limit}); last error: {type(exc).__name__}: {exc}"
+    )
+    error.__cause__ = exc
+    return error
 
 
 async def run_agent(worker: Worker, agent: Agent, stream: Stream) -> None:
@@ -385,16 +393,8 @@ class ChannelTask:
                     continue
                 failures += 1  # before its first event: it would fail the same way at once
                 if failures >= agent.app.max_agent_failures:
-                    error = AgentFailedError(
-                        f"agent {agent.name} failed {failures} times in a row without processing an event "
-                        f"(max_agent_failures={agent.app.max_agent_failures}); last error: {type(exc).__name__}: {exc}"
-                    )
-                    error.__cause__ = exc
-                    self.worker.fail(error)
+                    self.worker.fail(failed_too_often(agent.name, failures, agent.app.max_agent_failures, exc, "an event"))
                     return
-                delay = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (failures - 1))
+                delay = backoff_delay(failures)
                 logger.error("agent %s failed outside an event, starting it again in %.1f s: %r", agent.name, delay, exc)
-                try:
-                    await asyncio.wait_for(self._stopped.wait(), delay)
-                except TimeoutError:
-                    pass
+                await sleep_unless(self._stopped, delay)
