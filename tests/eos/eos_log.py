@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 from streamkit._core.partitioner import partition_for_key
 from streamkit._core.types import TopicPartition
-from streamkit.tables.store import RocksStore
 from streamkit.transport.base import open_log_client
 
 PARTITIONS = 3
@@ -69,30 +67,6 @@ async def committed(url: str) -> int:
         await client.aclose()
 
 
-def local_offsets(state: Path) -> dict[int, int | None]:
-    out: dict[int, int | None] = {}
-    for p in range(PARTITIONS):
-        path = state / "counts" / str(p)
-        if not path.exists():
-            out[p] = None
-            continue
-        store = RocksStore(str(path), read_only=True)
-        try:
-            out[p] = store.changelog_offset
-        finally:
-            store.close()
-    return out
-
-
-def local_table(state: Path) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for p in range(PARTITIONS):
-        store = RocksStore(str(state / "counts" / str(p)), read_only=True)
-        try:
-            out.update((k.decode(), int(v)) for k, v in store.items())
-        finally:
-            store.close()
-    return out
 
 
 def reference(pairs: list[tuple[str, int]]) -> dict[str, int]:

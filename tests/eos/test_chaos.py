@@ -27,7 +27,8 @@ from pathlib import Path
 import pytest
 from broker_helpers import BrokerProcess
 
-from tests.eos.eos_log import committed, local_offsets, local_table, outputs, produce, reference
+from tests.eos.eos_log import committed, outputs, produce, reference
+from tests.tables.counting_log import local_offsets, local_table
 from tests.worker_process import drain, wait_for_line
 
 HERE = Path(__file__).resolve().parent

@@ -3,8 +3,11 @@ worker: keyed records produced to ``events``, and the group's committed offsets.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from streamkit._core.partitioner import partition_for_key
 from streamkit._core.types import TopicPartition
+from streamkit.tables.store import RocksStore
 from streamkit.transport.base import open_log_client
 
 PARTITIONS = 3  # counting_app's events topic
@@ -36,3 +39,32 @@ async def committed(url: str) -> int:
     finally:
         await consumer.aclose()
         await client.aclose()
+
+
+def local_offsets(state: Path) -> dict[int, int | None]:
+    """The changelog offset each local RocksDB partition of the ``counts`` table recorded
+    (None: no local state), read while no worker holds it."""
+    out: dict[int, int | None] = {}
+    for p in range(PARTITIONS):
+        path = state / "counts" / str(p)
+        if not path.exists():
+            out[p] = None
+            continue
+        store = RocksStore(str(path), read_only=True)
+        try:
+            out[p] = store.changelog_offset
+        finally:
+            store.close()
+    return out
+
+
+def local_table(state: Path) -> dict[str, int]:
+    """The ``counts`` table as its local RocksDB partitions hold it."""
+    out: dict[str, int] = {}
+    for p in range(PARTITIONS):
+        store = RocksStore(str(state / "counts" / str(p)), read_only=True)
+        try:
+            out.update((k.decode(), int(v)) for k, v in store.items())
+        finally:
+            store.close()
+    return out

@@ -21,9 +21,8 @@ from pathlib import Path
 import pytest
 
 from streamkit._core.types import TopicPartition
-from streamkit.tables.store import RocksStore
 from streamkit.transport.base import open_log_client
-from tests.tables.counting_log import PARTITIONS, committed, produce
+from tests.tables.counting_log import PARTITIONS, committed, local_offsets, local_table, produce
 from tests.worker_process import drain, wait_for_line
 
 HERE = Path(__file__).resolve().parent
@@ -53,30 +52,6 @@ async def _bounds(url: str, topic: str) -> dict[int, tuple[int, int]]:
         await client.aclose()
 
 
-def _local_offsets(state: Path) -> dict[int, int | None]:
-    out: dict[int, int | None] = {}
-    for p in range(PARTITIONS):
-        path = state / "counts" / str(p)
-        if not path.exists():
-            out[p] = None
-            continue
-        store = RocksStore(str(path), read_only=True)
-        try:
-            out[p] = store.changelog_offset
-        finally:
-            store.close()
-    return out
-
-
-def _table(state: Path) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for p in range(PARTITIONS):
-        store = RocksStore(str(state / "counts" / str(p)), read_only=True)
-        try:
-            out.update((k.decode(), int(v)) for k, v in store.items())
-        finally:
-            store.close()
-    return out
 
 
 def _start(tmp: Path, env: dict[str, str]) -> subprocess.Popen[str]:
@@ -99,7 +74,7 @@ async def test_sigkill_at_random_points_loses_nothing_and_replays_only_the_tail(
     kills = 0
     replays = 0
     for round_ in range(4):
-        before = _local_offsets(state)
+        before = local_offsets(state)
         changelog = await _bounds(url, "tcount-counts-changelog") if round_ else {}
         seen: list[str] = []
         proc = _start(tmp_path, env)
@@ -142,12 +117,12 @@ async def test_sigkill_at_random_points_loses_nothing_and_replays_only_the_tail(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    table = _table(state)
+    table = local_table(state)
     assert set(table) == set(model), f"seed {seed}"
     short = {k: (table[k], v) for k, v in model.items() if table[k] < v}
     assert not short, f"seed {seed}: counts below the reference (lost updates): {short}"
     # After a clean stop the local state is exactly the changelog's end.
-    offsets = _local_offsets(state)
+    offsets = local_offsets(state)
     ends = await _bounds(url, "tcount-counts-changelog")
     assert offsets == {p: ends[p][1] for p in range(PARTITIONS)}
     shutil.rmtree(tmp_path / "log", ignore_errors=True)
