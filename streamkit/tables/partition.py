@@ -247,9 +247,17 @@ class SortedPartition(TablePartition):
     state manager takes them (``take_changes``), sends them to the changelog, and writes them
     to the store with the changelog offset (``stored``); until then reads see them. A write is
     stamped with ``timestamp_ms``, which the runner sets to the event's time.
+
+    A driver may also *defer* writes it would otherwise repeat every record (its stream-time
+    progress): ``defer(owner, writes)`` has ``writes()`` called once, right before the changes
+    are next taken for a commit (or forgotten by ``discard_uncommitted``), and what it returns
+    is written then with its own timestamps. So the deferred keys reach the changelog and the
+    store in the same commit as the writes they describe, as if written with each record;
+    between commits only the driver holds them (``flush_deferred`` writes them at once, for a
+    driver about to read them from the store).
     """
 
-    __slots__ = ("_dirty_sorted", "_flushing", "_order", "_stamps", "timestamp_ms")
+    __slots__ = ("_deferred", "_dirty_sorted", "_flushing", "_order", "_stamps", "timestamp_ms")
 
     def __init__(self, partition: int, store: KeyValueStore) -> None:
         super().__init__(partition, store, RAW, RAW)
@@ -258,6 +266,22 @@ class SortedPartition(TablePartition):
         self._stamps: dict[bytes, int] = {}
         self._flushing: dict[bytes, bytes | None] = {}
         self._order = _SortedKeys()  # the keys of _dirty and _flushing
+        self._deferred: dict[object, Callable[[], Iterable[tuple[bytes, bytes | None, int]]]] = {}
+
+    def defer(self, owner: object, writes: Callable[[], Iterable[tuple[bytes, bytes | None, int]]]) -> None:
+        """Call ``writes`` once before the next ``take_changes`` (one call per ``owner``, the
+        last given) and write the ``(key, value, timestamp_ms)`` it returns."""
+        self._deferred[owner] = writes
+
+    def flush_deferred(self) -> None:
+        """Write the deferred writes now."""
+        deferred = self._deferred
+        if not deferred:
+            return
+        self._deferred = {}
+        for writes in deferred.values():
+            for key, value, timestamp_ms in writes():
+                self._write(key, value, timestamp_ms)
 
     def read(self, key: bytes) -> bytes | None:
         if key in self._dirty_sorted:
@@ -268,13 +292,13 @@ class SortedPartition(TablePartition):
 
     def write(self, key: bytes, value: bytes | None) -> None:
         """Set ``key`` (``None`` deletes it)."""
-        self._write(key, value)
+        self._write(key, value, self.timestamp_ms)
 
-    def _write(self, key: bytes, value: bytes | None) -> None:
+    def _write(self, key: bytes, value: bytes | None, timestamp_ms: int) -> None:
         if key not in self._dirty_sorted and key not in self._flushing:
             self._order.add(key)
         self._dirty_sorted[key] = value
-        self._stamps[key] = self.timestamp_ms
+        self._stamps[key] = timestamp_ms
 
     def range(self, lo: bytes, hi: bytes) -> Iterator[tuple[bytes, bytes]]:
         return self._merge(self.store.range(lo, hi), self._order.between(lo, hi))
@@ -287,19 +311,29 @@ class SortedPartition(TablePartition):
         if not overlay:
             yield from stored
             return
-        merged: dict[bytes, bytes | None] = dict(stored)
-        for key in overlay:
-            merged[key] = self._dirty_sorted[key] if key in self._dirty_sorted else self._flushing[key]
-        for key in sorted(merged):
-            value = merged[key]
+        dirty = self._dirty_sorted
+        flushing = self._flushing
+        values = [dirty[key] if key in dirty else flushing[key] for key in overlay]
+        # Both are sorted: one pass, the overlay's value winning on an equal key.
+        ahead = next(stored, None)
+        for key, value in zip(overlay, values, strict=True):
+            while ahead is not None and ahead[0] < key:
+                yield ahead
+                ahead = next(stored, None)
+            if ahead is not None and ahead[0] == key:
+                ahead = next(stored, None)
             if value is not None:
                 yield key, value
+        if ahead is not None:
+            yield ahead
+            yield from stored
 
     @property
     def dirty(self) -> int:
-        return len(self._dirty_sorted)
+        return len(self._dirty_sorted) + len(self._deferred)
 
     def take_changes(self) -> list[OutgoingChange]:
+        self.flush_deferred()
         dirty, self._dirty_sorted = self._dirty_sorted, {}
         stamps, self._stamps = self._stamps, {}
         self._flushing.update(dirty)
@@ -315,6 +349,7 @@ class SortedPartition(TablePartition):
         self.store.apply(changes, changelog_offset)
 
     def discard_uncommitted(self) -> None:
+        self.flush_deferred()  # the drivers' deferred writes go with the rest
         super().discard_uncommitted()
         self._dirty_sorted = {}
         self._stamps = {}
@@ -341,3 +376,9 @@ class WindowStoreView:
 
     def range(self, lo: bytes, hi: bytes) -> Iterator[tuple[bytes, bytes]]:
         return self.partition.range(lo, hi)
+
+    def defer(self, owner: object, writes: Callable[[], Iterable[tuple[bytes, bytes | None, int]]]) -> None:
+        self.partition.defer(owner, writes)
+
+    def flush_deferred(self) -> None:
+        self.partition.flush_deferred()

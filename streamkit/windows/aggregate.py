@@ -15,7 +15,10 @@ Store layout (all keys of the aggregator share one store)::
     0x02 end (8 bytes) window key -> b"" (the windows ordered by end: closing and expiry)
 
 where *window key* is ``keys.encode_window_key(key, start, end)``. Both pieces of progress
-live in the store, so a restored store carries on with the same answers.
+live in the store, so a restored store carries on with the same answers. Over a store that
+commits (``store.DeferringStore``: a table partition) the driver keeps them in memory and
+the store takes them once per commit, with that commit's data, stamped with the stream time
+at which they last changed; over any other store they are written as they change.
 
 Emit modes:
 
@@ -66,7 +69,7 @@ from streamkit.windows.keys import (
 from streamkit.windows.session import merge_session
 from streamkit.windows.sliding import fetch_bounds, plan_sliding, sliding_late
 from streamkit.windows.spec import Hopping, Session, Sliding, WindowSpec
-from streamkit.windows.store import SortedMemoryStore, WindowStore
+from streamkit.windows.store import DeferredWrite, DeferringStore, SortedMemoryStore, WindowStore
 from streamkit.windows.streamtime import StreamTime
 
 V = TypeVar("V")
@@ -214,10 +217,20 @@ class WindowAggregator(Generic[V, A]):
         self.emit: Emit = emit
         self.retention_ms = retention_ms
         self.late_counter = late_counter
+        # Over a committing store the progress keys wait in memory for the commit (one write
+        # each per commit, not per record); another driver's waiting progress is written first
+        # so that this one reads it.
+        self._deferring = self.store if isinstance(self.store, DeferringStore) else None
+        if self._deferring is not None:
+            self._deferring.flush_deferred()
         raw = self.store.get(_STREAM_TIME_KEY)
         self.stream_time = StreamTime(decode_ms(raw) if raw is not None else -1)
         raw = self.store.get(_EMITTED_KEY)
         self._emitted_until = decode_ms(raw) if raw is not None else MIN_MS
+        self._emitted_stamp = self.stream_time.ms  # the stream time when _emitted_until last moved
+        self._written_stream_time = self.stream_time.ms  # the values the store was last given
+        self._written_emitted = self._emitted_until
+        self._progress_deferred = False  # the store will ask for the progress at its commit
         # Windows ending below this were deleted (in this process's life; from the start of
         # the index after a restart). Every window the driver creates is open, so ends at or
         # above the expire bound: the next expiry scan starts here, not at the index's start,
@@ -241,8 +254,8 @@ class WindowAggregator(Generic[V, A]):
             if self.late_counter is not None:
                 self.late_counter.add("negative-timestamp")
             return step
-        if self.stream_time.advance(ts_ms):
-            self.store.put(_STREAM_TIME_KEY, encode_ms(self.stream_time.ms))
+        if self.stream_time.advance(ts_ms) and not self._progress_deferred:
+            self._progress_moved()
         spec = self.spec
         if isinstance(spec, Hopping):
             reason = self._process_time(spec, key, ts_ms, value, step)
@@ -262,9 +275,35 @@ class WindowAggregator(Generic[V, A]):
         emits the windows this closes and deletes the ones it expires."""
         step: Step[V, A] = Step()
         if self.stream_time.advance(stream_time_ms):
-            self.store.put(_STREAM_TIME_KEY, encode_ms(self.stream_time.ms))
+            if not self._progress_deferred:
+                self._progress_moved()
             self._close_and_expire(step)
         return step
+
+    def _progress_moved(self) -> None:
+        """Stream time or the emitted bound moved: written now, or deferred to the commit."""
+        deferring = self._deferring
+        if deferring is None:
+            for key, value, _ts in self._progress_writes():
+                assert value is not None
+                self.store.put(key, value)
+            return
+        self._progress_deferred = True
+        deferring.defer(self, self._progress_writes)
+
+    def _progress_writes(self) -> list[DeferredWrite]:
+        """The progress keys whose values changed since the store was last given them."""
+        self._progress_deferred = False
+        out: list[DeferredWrite] = []
+        now = self.stream_time.ms
+        if now != self._written_stream_time:
+            self._written_stream_time = now
+            out.append((_STREAM_TIME_KEY, encode_ms(now), now))
+        emitted = self._emitted_until
+        if emitted != self._written_emitted:
+            self._written_emitted = emitted
+            out.append((_EMITTED_KEY, encode_ms(emitted), self._emitted_stamp))
+        return out
 
     def _process_time(
         self, spec: Hopping, key: bytes, ts: int, value: V, step: Step[V, A]
@@ -365,7 +404,9 @@ class WindowAggregator(Generic[V, A]):
                         if window is not None:
                             step.emitted.append(WindowResult(key, start, end, window.value))
                 self._emitted_until = bound
-                self.store.put(_EMITTED_KEY, encode_ms(bound))
+                self._emitted_stamp = now
+                if not self._progress_deferred:
+                    self._progress_moved()
         bound = expire_bound(self.spec, now, self.retention_ms)
         if bound <= self._expired_until:
             return

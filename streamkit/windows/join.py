@@ -45,7 +45,10 @@ Store layout (all keys of one join task share one store; *wk* is
 
 *seq* numbers stored records in arrival order, so duplicates (same key, side and timestamp)
 are kept apart and come out in the order they arrived. Progress lives in the store, so a
-restored store carries on with the same answers.
+restored store carries on with the same answers. Over a store that commits
+(``store.DeferringStore``: a table partition) the driver keeps it in memory and the store
+takes it once per commit, with that commit's records, stamped with the timestamp of the last
+record stored; over any other store it is written with each record.
 
 >>> join = WindowJoin(10_000, 0, "left")
 >>> join.process("left", b"order-1", 1_000, b"o1").results
@@ -76,7 +79,7 @@ from streamkit.windows.keys import (
     encode_window_key,
     window_range,
 )
-from streamkit.windows.store import SortedMemoryStore, WindowStore
+from streamkit.windows.store import DeferredWrite, DeferringStore, SortedMemoryStore, WindowStore
 from streamkit.windows.streamtime import StreamTime
 
 Side = Literal["left", "right"]
@@ -149,9 +152,17 @@ class WindowJoin:
         self._codecs = {"left": left or Codec(), "right": right or Codec()}
         # The sides whose unpaired records are emitted with None on the other side.
         self._outer_sides = {"inner": (), "left": ("left",), "outer": ("left", "right")}[how]
+        # Over a committing store the progress waits in memory for the commit (one write per
+        # commit, not per record); another driver's waiting progress is written first so that
+        # this one reads it.
+        self._deferring = self.store if isinstance(self.store, DeferringStore) else None
+        if self._deferring is not None:
+            self._deferring.flush_deferred()
         raw = self.store.get(_PROGRESS_KEY)
         self.stream_time = StreamTime(decode_ms(raw[:8]) if raw is not None else -1)
         self._seq = decode_ms(raw[8:]) if raw is not None else 0
+        self._progress_deferred = False  # the store will ask for the progress at its commit
+        self._progress_stamp = 0  # the timestamp of the last record stored
         # Where the last close and expiry scans stopped: everything below was handled then,
         # and no record can come below them since, so the next scans start there.
         span = within_ms + grace_ms
@@ -203,7 +214,13 @@ class WindowJoin:
                     self.store.delete(mark)
         seq = self._seq
         self._seq += 1
-        self.store.put(_PROGRESS_KEY, encode_ms(self.stream_time.ms) + encode_ms(self._seq))
+        if self._deferring is None:
+            self.store.put(_PROGRESS_KEY, self._progress_value())
+        else:
+            self._progress_stamp = ts_ms
+            if not self._progress_deferred:
+                self._progress_deferred = True
+                self._deferring.defer(self, self._progress_writes)
         side_byte = _SIDE_BYTE[side]
         wk = encode_window_key(key, ts_ms, seq)
         self.store.put(_DATA + side_byte + wk, self._codecs[side].dumps(value))
@@ -212,6 +229,14 @@ class WindowJoin:
             self.store.put(_UNPAIRED + encode_ms(ts_ms) + encode_ms(seq) + side_byte + wk, b"")
             heapq.heappush(self._marks, ts_ms)
         return step
+
+    def _progress_value(self) -> bytes:
+        return encode_ms(self.stream_time.ms) + encode_ms(self._seq)
+
+    def _progress_writes(self) -> list[DeferredWrite]:
+        """The progress as the store takes it at a commit (a record was stored since the last)."""
+        self._progress_deferred = False
+        return [(_PROGRESS_KEY, self._progress_value(), self._progress_stamp)]
 
     def _emit_closed(self, out: list[JoinResult]) -> None:
         """Emit the unpaired records whose window closed, then drop the expired records."""

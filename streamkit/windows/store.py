@@ -7,6 +7,11 @@ partition's store (RocksDB or memory, with its changelog) unchanged:
 * ``range(lo, hi)``: every ``(key, value)`` with ``lo <= key < hi``, in key order. The
   aggregation never writes to the store while it iterates a range (it lists the range first).
 
+A store that writes to durable state in commits (a table partition) may also let a driver
+defer writes (``DeferringStore``): the driver keeps its progress (stream time) in memory and
+the store asks for it once, right before a commit takes the store's changes, so the progress
+is committed with the data it describes without a write per record.
+
 ``SortedMemoryStore`` keeps keys in a sorted list beside a dict: the store the plain-code
 driver and its tests use.
 """
@@ -14,8 +19,11 @@ driver and its tests use.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
-from typing import Protocol
+from collections.abc import Callable, Iterable, Iterator
+from typing import Protocol, runtime_checkable
+
+# What a deferred write gives: key, value (None: delete), the timestamp to stamp it with.
+DeferredWrite = tuple[bytes, bytes | None, int]
 
 
 class WindowStore(Protocol):
@@ -27,6 +35,18 @@ class WindowStore(Protocol):
 
     def range(self, lo: bytes, hi: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Every key in ``[lo, hi)`` with its value, in key order."""
+        ...
+
+
+@runtime_checkable
+class DeferringStore(Protocol):
+    def defer(self, owner: object, writes: Callable[[], Iterable[DeferredWrite]]) -> None:
+        """Call ``writes`` once before the store's changes are next taken for a commit (the
+        last one given per ``owner``) and write what it returns then."""
+        ...
+
+    def flush_deferred(self) -> None:
+        """Call the deferred ``writes`` and write their results now."""
         ...
 
 
