@@ -133,6 +133,17 @@ class Inbox:
             self._index = 0
         return ()
 
+    def peek(self, limit: int) -> tuple[Sequence[ConsumerRecord], int, int]:
+        """The next records not taken, without taking them: ``(batch, start, end)``, the
+        records ``batch[start:end]`` (at most ``limit``, of one fetched batch; none: ``start ==
+        end``)."""
+        index = self._index
+        for batch in self._batches:
+            if index < len(batch):
+                return batch, index, min(len(batch), index + limit)
+            index = 0
+        return (), 0, 0
+
     def commit_position(self) -> int | None:
         if self.handed_next is None:
             return None
@@ -173,6 +184,9 @@ class RootSource:
         self._chunk = _NO_RECORDS
         self._chunk_at = 0
         self._chunk_inbox: Inbox | None = None
+        # A chunk merged from several inboxes: the inbox of each record (None: all are
+        # _chunk_inbox's).
+        self._chunk_inboxes: list[Inbox] | None = None
         self._undecodable: tuple[Inbox, ConsumerRecord, SerdeError] | None = None
         self._countdown = CHECK_EVERY
         self._last_pause = time.monotonic()
@@ -188,6 +202,13 @@ class RootSource:
         for inbox, record in self._pending:
             if inbox.tp == tp:
                 return record.offset
+        chunk_inboxes = self._chunk_inboxes
+        if chunk_inboxes is not None:
+            chunk = self._chunk
+            for at in range(self._chunk_at, len(chunk)):
+                if chunk_inboxes[at].tp == tp:
+                    return chunk[at].offset
+            return None
         chunk_inbox = self._chunk_inbox
         if chunk_inbox is not None and chunk_inbox.tp == tp and self._chunk_at < len(self._chunk):
             return self._chunk[self._chunk_at].offset
@@ -223,10 +244,17 @@ class RootSource:
         before a record stamped later than another inbox's next one: so the agent sees the
         records it holds in timestamp order across partitions, whatever the order the fetches
         came in (Kafka Streams' choice of the next record of a task). Within a partition,
-        offset order stays."""
+        offset order stays.
+
+        When every inbox holds records, the chunk is merged from all of them at once
+        (``_merge_chunk``), in that same order: records interleaving by timestamp then cost a
+        comparison each, not a refill each."""
         inboxes = self._inboxes
         n = len(inboxes)
+        self._chunk_inboxes = None
         if n > 1:
+            if self._merge_chunk():
+                return True
             heads = [(ts, i) for i, inbox in enumerate(inboxes) if (ts := inbox.head_timestamp()) is not None]
             if not heads:
                 return False
@@ -253,6 +281,69 @@ class RootSource:
                 return True
         return False
 
+    def _merge_chunk(self) -> bool:
+        """A chunk of records from every inbox in the order ``_refill`` hands them out one by
+        one; False (nothing taken) unless every inbox holds records.
+
+        Each inbox's next records (one fetched batch's worth, up to ``CHUNK``) are looked at,
+        not taken; the merge repeatedly takes the record with the lowest ``(timestamp, inbox
+        index)`` among the inboxes' next ones, and stops where an inbox's looked-at records
+        end: past that the choice depends on records not looked at (or not fetched yet), so
+        the next refill makes it. Records put in an inbox meanwhile go behind the ones looked
+        at, so every choice here is the one a refill per record would make. The records
+        merged are then taken from their inboxes (commit positions and back-pressure as for
+        any chunk); those not handed out yet stay pending (``first_pending``)."""
+        inboxes = self._inboxes
+        peeks = []
+        for inbox in inboxes:
+            batch, start, end = inbox.peek(CHUNK)
+            if start == end:
+                return False
+            peeks.append((batch, start, end))
+        records: list[ConsumerRecord] = []
+        owners: list[Inbox] = []
+        taken = [0] * len(inboxes)
+        if len(inboxes) == 2:
+            (a, i, a_end), (b, j, b_end) = peeks
+            a_inbox, b_inbox = inboxes
+            a_start, b_start = i, j
+            append, own = records.append, owners.append
+            ra, rb = a[i], b[j]
+            while len(records) < CHUNK:
+                if ra.timestamp <= rb.timestamp:  # a tie goes to the first inbox
+                    append(ra)
+                    own(a_inbox)
+                    i += 1
+                    if i == a_end:
+                        break
+                    ra = a[i]
+                else:
+                    append(rb)
+                    own(b_inbox)
+                    j += 1
+                    if j == b_end:
+                        break
+                    rb = b[j]
+            taken = [i - a_start, j - b_start]
+        else:
+            at = [start for _batch, start, _end in peeks]
+            while len(records) < CHUNK:
+                _ts, k = min((peeks[k][0][at[k]].timestamp, k) for k in range(len(peeks)))
+                records.append(peeks[k][0][at[k]])
+                owners.append(inboxes[k])
+                at[k] += 1
+                taken[k] += 1
+                if at[k] == peeks[k][2]:
+                    break
+        for inbox, count in zip(inboxes, taken, strict=True):
+            if count:
+                inbox.take_chunk(count)
+        self._chunk = records
+        self._chunk_at = 0
+        self._chunk_inbox = None
+        self._chunk_inboxes = owners
+        return True
+
     def get_nowait(self) -> Event | None:
         """The next record, decoded, if one is waiting and the agent need not let the event
         loop turn first; else ``None`` (``get`` then waits, yields or dead-letters)."""
@@ -272,7 +363,8 @@ class RootSource:
             chunk = self._chunk
         record = chunk[at]
         self._chunk_at = at + 1
-        inbox = self._chunk_inbox
+        owners = self._chunk_inboxes
+        inbox = self._chunk_inbox if owners is None else owners[at]
         assert inbox is not None
         key_loads = inbox.key_loads
         value_loads = inbox.value_loads
