@@ -309,7 +309,7 @@ class RootSource:
             a_start, b_start = i, j
             append, own = records.append, owners.append
             ra, rb = a[i], b[j]
-            while len(records) < CHUNK:
+            for _ in range(CHUNK):
                 if ra.timestamp <= rb.timestamp:  # a tie goes to the first inbox
                     append(ra)
                     own(a_inbox)

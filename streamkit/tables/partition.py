@@ -292,7 +292,12 @@ class SortedPartition(TablePartition):
 
     def write(self, key: bytes, value: bytes | None) -> None:
         """Set ``key`` (``None`` deletes it)."""
-        self._write(key, value, self.timestamp_ms)
+        # _write's body, inlined: this runs for every record of a windowed table or join.
+        dirty = self._dirty_sorted
+        if key not in dirty and key not in self._flushing:
+            self._order.add(key)
+        dirty[key] = value
+        self._stamps[key] = self.timestamp_ms
 
     def _write(self, key: bytes, value: bytes | None, timestamp_ms: int) -> None:
         if key not in self._dirty_sorted and key not in self._flushing:
@@ -358,18 +363,16 @@ class SortedPartition(TablePartition):
 
 
 class WindowStoreView:
-    """A ``SortedPartition`` as the window driver's store (``windows.store.WindowStore``)."""
+    """A ``SortedPartition`` as the window driver's store (``windows.store.WindowStore``).
+    ``get`` and ``put`` are the partition's own ``read`` and ``write``: a driver calls them
+    for every record."""
 
-    __slots__ = ("partition",)
+    __slots__ = ("get", "partition", "put")
 
     def __init__(self, partition: SortedPartition) -> None:
         self.partition = partition
-
-    def get(self, key: bytes) -> bytes | None:
-        return self.partition.read(key)
-
-    def put(self, key: bytes, value: bytes) -> None:
-        self.partition.write(key, value)
+        self.get: Callable[[bytes], bytes | None] = partition.read
+        self.put: Callable[[bytes, bytes], None] = partition.write
 
     def delete(self, key: bytes) -> None:
         self.partition.write(key, None)

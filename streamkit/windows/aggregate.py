@@ -408,13 +408,14 @@ class WindowAggregator(Generic[V, A]):
                 if not self._progress_deferred:
                     self._progress_moved()
         bound = expire_bound(self.spec, now, self.retention_ms)
-        if bound <= self._expired_until:
+        expired_until = self._expired_until
+        if bound <= expired_until:
             return
-        lo = _BY_END + encode_ms(self._expired_until)
         self._expired_until = bound
         expire_ends = self._expire_ends
         if not expire_ends or expire_ends[0] >= bound:
             return
+        lo = _BY_END + encode_ms(expired_until)
         while expire_ends and expire_ends[0] < bound:
             heapq.heappop(expire_ends)
         for index_key, _ in list(self.store.range(lo, _BY_END + encode_ms(bound))):

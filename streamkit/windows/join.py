@@ -76,7 +76,7 @@ from streamkit.windows.keys import (
     decode_ms,
     decode_window_key,
     encode_ms,
-    encode_window_key,
+    encode_two_ms,
     window_range,
 )
 from streamkit.windows.store import DeferredWrite, DeferringStore, SortedMemoryStore, WindowStore
@@ -152,6 +152,16 @@ class WindowJoin:
         self._codecs = {"left": left or Codec(), "right": right or Codec()}
         # The sides whose unpaired records are emitted with None on the other side.
         self._outer_sides = {"inner": (), "left": ("left",), "outer": ("left", "right")}[how]
+        # Per side, what a record of it needs (looked up once here, not per record): its side
+        # byte, the other side's, the other side's decoder, its encoder, whether the other
+        # side's unpaired marks are cleared when paired, whether its own are set when not.
+        self._plans: dict[str, tuple[bytes, bytes, Callable[[bytes], Any], Callable[[Any], bytes], bool, bool]] = {
+            side: (
+                _SIDE_BYTE[side], _SIDE_BYTE[_OTHER[side]], self._codecs[_OTHER[side]].loads,
+                self._codecs[side].dumps, _OTHER[side] in self._outer_sides, side in self._outer_sides,
+            )
+            for side in ("left", "right")
+        }
         # Over a committing store the progress waits in memory for the commit (one write per
         # commit, not per record); another driver's waiting progress is written first so that
         # this one reads it.
@@ -184,49 +194,52 @@ class WindowJoin:
     def process(self, side: Side, key: bytes, ts_ms: int, value: Any) -> JoinStep:
         """Join one record of ``side``; what it emitted, or why it is late."""
         step = JoinStep()
-        if side not in _SIDE_BYTE:
+        plan = self._plans.get(side)
+        if plan is None:
             raise ConfigError(f"a join side is 'left' or 'right', not {side!r}")
+        side_byte, other_byte, other_loads, dumps, unpair_other, unpair_own = plan
+        stream_time = self.stream_time
         if ts_ms < 0:
-            step.late = LateRecord(key, ts_ms, value, "negative-timestamp", self.stream_time.ms)
+            step.late = LateRecord(key, ts_ms, value, "negative-timestamp", stream_time.ms)
             return step
-        if ts_ms + self.within_ms + self.grace_ms < self.stream_time.ms:
-            step.late = LateRecord(key, ts_ms, value, "window-closed", self.stream_time.ms)
+        within = self.within_ms
+        if ts_ms + within + self.grace_ms < stream_time.ms:
+            step.late = LateRecord(key, ts_ms, value, "window-closed", stream_time.ms)
             return step
-        if self.stream_time.advance(ts_ms):
+        if stream_time.advance(ts_ms):
             self._emit_closed(step.results)
-        other = _OTHER[side]
-        other_byte = _SIDE_BYTE[other]
-        other_loads = self._codecs[other].loads
-        lo, hi = window_range(key, ts_ms - self.within_ms, ts_ms + self.within_ms)
+        lo, hi = window_range(key, ts_ms - within, ts_ms + within)
         paired = False
-        unpair_other = other in self._outer_sides
-        for data_key, raw in list(self.store.range(_DATA + other_byte + lo, _DATA + other_byte + hi)):
+        store = self.store
+        results = step.results
+        is_left = side == "left"
+        for data_key, raw in list(store.range(_DATA + other_byte + lo, _DATA + other_byte + hi)):
             paired = True
-            _k, other_ts, other_seq = decode_window_key(data_key[2:])
+            other_ts = decode_ms(data_key[-16:-8])  # the window key's start: the record's time
             other_value = other_loads(raw)
-            if side == "left":
-                step.results.append(JoinResult(key, max(ts_ms, other_ts), value, other_value))
+            if is_left:
+                results.append(JoinResult(key, max(ts_ms, other_ts), value, other_value))
             else:
-                step.results.append(JoinResult(key, max(ts_ms, other_ts), other_value, value))
+                results.append(JoinResult(key, max(ts_ms, other_ts), other_value, value))
             if unpair_other:
-                mark = _UNPAIRED + encode_ms(other_ts) + encode_ms(other_seq) + data_key[1:]
-                if self.store.get(mark) is not None:
-                    self.store.delete(mark)
+                mark = _UNPAIRED + data_key[-16:] + data_key[1:]  # ts, seq, side, wk
+                if store.get(mark) is not None:
+                    store.delete(mark)
         seq = self._seq
-        self._seq += 1
+        self._seq = seq + 1
         if self._deferring is None:
-            self.store.put(_PROGRESS_KEY, self._progress_value())
+            store.put(_PROGRESS_KEY, self._progress_value())
         else:
             self._progress_stamp = ts_ms
             if not self._progress_deferred:
                 self._progress_deferred = True
                 self._deferring.defer(self, self._progress_writes)
-        side_byte = _SIDE_BYTE[side]
-        wk = encode_window_key(key, ts_ms, seq)
-        self.store.put(_DATA + side_byte + wk, self._codecs[side].dumps(value))
-        self.store.put(_BY_TIME + encode_ms(ts_ms) + side_byte + wk, b"")
-        if not paired and side in self._outer_sides:
-            self.store.put(_UNPAIRED + encode_ms(ts_ms) + encode_ms(seq) + side_byte + wk, b"")
+        times = encode_two_ms(ts_ms, seq)
+        wk = lo[: len(lo) - 8] + times  # the key's prefix (the range's lower bound less its time)
+        store.put(_DATA + side_byte + wk, dumps(value))
+        store.put(_BY_TIME + times[:8] + side_byte + wk, b"")
+        if unpair_own and not paired:
+            store.put(_UNPAIRED + times + side_byte + wk, b"")
             heapq.heappush(self._marks, ts_ms)
         return step
 

@@ -31,6 +31,7 @@ import struct
 _TERMINATOR = b"\x00\x01"
 _ESCAPED_ZERO = b"\x00\xff"
 _INT = struct.Struct(">Q")
+_TWO_INTS = struct.Struct(">QQ")
 _OFFSET = 1 << 63
 MIN_MS = -(1 << 63)
 MAX_MS = (1 << 63) - 1
@@ -53,7 +54,16 @@ def key_prefix(key: bytes) -> bytes:
 
 
 def encode_window_key(key: bytes, start_ms: int, end_ms: int) -> bytes:
-    return key_prefix(key) + encode_ms(start_ms) + encode_ms(end_ms)
+    return key.replace(b"\x00", _ESCAPED_ZERO) + _TERMINATOR + encode_two_ms(start_ms, end_ms)
+
+
+def encode_two_ms(first_ms: int, second_ms: int) -> bytes:
+    """``encode_ms(first_ms) + encode_ms(second_ms)``, in one pack (this runs per record)."""
+    try:
+        return _TWO_INTS.pack(first_ms + _OFFSET, second_ms + _OFFSET)
+    except struct.error:
+        bad = first_ms if not MIN_MS <= first_ms <= MAX_MS else second_ms
+        raise ValueError(f"time {bad} ms does not fit in 64 bits") from None
 
 
 def decode_window_key(data: bytes) -> tuple[bytes, int, int]:
