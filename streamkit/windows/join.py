@@ -38,10 +38,14 @@ Store layout (all keys of one join task share one store; *wk* is
     0x00 "progress"                          -> 16 bytes: stream time, the next arrival
                                                 number (each keys.encode_ms)
     0x01 side wk                             -> the record's value bytes
-    0x02 ts(8) side wk                       -> b""  (every stored record by time: expiry)
     0x03 ts(8) seq(8) side wk                -> b""  (unpaired records that may be emitted
                                                       unpaired: left for left joins, both
                                                       sides for outer joins)
+
+The records by time (for expiry) are kept in memory, not in the store: a heap of ``(ts, data
+key)`` filled from the store's records at the first record a driver processes, then per record
+stored (so a record costs one write to the store and its changelog, not two). Stores written
+before this layout also hold an index by time under 0x02: it is deleted at that first record.
 
 *seq* numbers stored records in arrival order, so duplicates (same key, side and timestamp)
 are kept apart and come out in the order they arrived. Progress lives in the store, so a
@@ -89,7 +93,7 @@ JOIN_KINDS: tuple[str, ...] = ("inner", "left", "outer")
 _META = b"\x00"
 _PROGRESS_KEY = _META + b"progress"
 _DATA = b"\x01"
-_BY_TIME = b"\x02"
+_BY_TIME = b"\x02"  # an index by time in stores of an earlier layout (deleted when read)
 _UNPAIRED = b"\x03"
 _UNPAIRED_END = b"\x04"
 _SIDE_BYTE = {"left": b"L", "right": b"R"}
@@ -181,6 +185,9 @@ class WindowJoin:
         # Expiry runs when it can drop at least this much of stream time at once (state stays
         # under retention + step; answers do not depend on when expired records leave).
         self._expire_step_ms = max(1, (2 * within_ms + grace_ms) // 4)
+        # Every stored record as (ts, data key), smallest first: expiry pops from it. Loaded from
+        # the store at the first record (None: not yet).
+        self._by_time: list[tuple[int, bytes]] | None = None
         # Timestamps of the unpaired marks not yet closed (a mark paired since may linger:
         # it only costs a scan), so an advance that closes none reads nothing.
         self._marks: list[int] = []
@@ -206,6 +213,9 @@ class WindowJoin:
         if ts_ms + within + self.grace_ms < stream_time.ms:
             step.late = LateRecord(key, ts_ms, value, "window-closed", stream_time.ms)
             return step
+        by_time = self._by_time
+        if by_time is None:
+            by_time = self._load_by_time()
         if stream_time.advance(ts_ms):
             self._emit_closed(step.results)
         lo, hi = window_range(key, ts_ms - within, ts_ms + within)
@@ -236,8 +246,9 @@ class WindowJoin:
                 self._deferring.defer(self, self._progress_writes)
         times = encode_two_ms(ts_ms, seq)
         wk = lo[: len(lo) - 8] + times  # the key's prefix (the range's lower bound less its time)
-        store.put(_DATA + side_byte + wk, dumps(value))
-        store.put(_BY_TIME + times[:8] + side_byte + wk, b"")
+        data_key = _DATA + side_byte + wk
+        store.put(data_key, dumps(value))
+        heapq.heappush(by_time, (ts_ms, data_key))
         if unpair_own and not paired:
             store.put(_UNPAIRED + times + side_byte + wk, b"")
             heapq.heappush(self._marks, ts_ms)
@@ -272,11 +283,20 @@ class WindowJoin:
         self._closed_below = close_below
         expire_below = close_below - self.within_ms  # expired: ts < now - 2 * within - grace
         if expire_below - self._expired_below >= self._expire_step_ms:
-            lo = _BY_TIME + encode_ms(self._expired_below)
-            for index_key, _ in list(self.store.range(lo, _BY_TIME + encode_ms(expire_below))):
-                self.store.delete(index_key)
-                self.store.delete(_DATA + index_key[9:])
+            by_time = self._by_time
+            assert by_time is not None  # loaded before stream time first moves
+            while by_time and by_time[0][0] < expire_below:
+                self.store.delete(heapq.heappop(by_time)[1])
             self._expired_below = expire_below
+
+    def _load_by_time(self) -> list[tuple[int, bytes]]:
+        """The heap of stored records by time, from the store (its unstored writes included)."""
+        by_time = [(decode_ms(data_key[-16:-8]), data_key) for data_key, _ in self.store.range(_DATA, _BY_TIME)]
+        heapq.heapify(by_time)
+        for old_index_key, _ in list(self.store.range(_BY_TIME, _UNPAIRED)):  # an earlier layout's
+            self.store.delete(old_index_key)
+        self._by_time = by_time
+        return by_time
 
     # -- reading --------------------------------------------------------------------------
 

@@ -263,3 +263,37 @@ def test_a_join_killed_between_commits_resumes_with_the_models_answers(
     assert results == model.results
     assert late == model.late
     assert join.stream_time.ms == model.stream_time_ms
+    # Expiry (by time, kept in memory and reloaded from the store after the kill): every
+    # stored record that can still pair is kept, none older than retention plus one step.
+    commit(partition)
+    now, retention, step = join.stream_time.ms, 2 * 1_000 + 500, (2 * 1_000 + 500) // 4
+    late_ids = {int(x.value) for x in model.late}
+    kept = {(side, key, ts) for side, key, ts, _v in join.stored()}
+    for i, (side, key, ts) in enumerate(records):
+        if i not in late_ids and ts >= now - retention:
+            assert (side, key, ts) in kept
+    assert all(ts >= now - retention - step for _side, _key, ts in kept)
+    assert list(store.range(b"\x02", b"\x03")) == []  # no index by time in the store
+
+
+def test_a_store_of_the_earlier_layout_loses_its_index_by_time_and_expires_its_records() -> None:
+    """Stores written before the index by time moved to memory hold ``0x02 ts side wk``
+    entries: a driver deletes them, and still expires the records they indexed."""
+    store = MemoryStore()
+    partition = SortedPartition(0, store)
+    join = WindowJoin(1_000, 0, "inner", WindowStoreView(partition))
+    partition.timestamp_ms = BASE
+    join.process("left", b"k", BASE, b"old")
+    commit(partition)
+    (data_key, _value), = store.range(b"\x01", b"\x02")
+    store.apply([(b"\x02" + data_key[-16:-8] + data_key[1:], b"")], 0)  # what the earlier layout wrote
+    partition = SortedPartition(0, store)
+    join = WindowJoin(1_000, 0, "inner", WindowStoreView(partition))
+    partition.timestamp_ms = BASE + 500
+    assert [r.left for r in join.process("right", b"k", BASE + 500, b"new").results] == [b"old"]
+    commit(partition)
+    assert list(store.range(b"\x02", b"\x03")) == []
+    partition.timestamp_ms = BASE + 10_000
+    join.process("right", b"j", BASE + 10_000, b"later")  # the old records expire
+    commit(partition)
+    assert [(side, key) for side, key, _ts, _v in join.stored()] == [("right", b"j")]
