@@ -114,10 +114,14 @@ def test_a_windowed_backfill_equals_the_worker_and_the_worker_carries_on(
 
     served, before, emitted = asyncio.run(after_backfill())
     assert served == windows  # the worker's windows, restored from the backfilled changelog
-    assert before == []  # no history was processed again
+    # The declared output topic (to_stream(emit="close").to(page_windows)) holds what the
+    # replaying worker wrote: the windows stream time closed, each once, in the worker's order.
+    assert before == closed
+    assert report.streams == {"wbf-clicks_per_page-windows": len(closed), "page-windows": len(closed)}
     # The new click closes the backfilled windows with the worker's counts, and only those not
-    # emitted yet: stream time and emit progress came with the state.
-    assert emitted == closed_later
+    # emitted yet (stream time and emit progress came with the state); nothing was forwarded
+    # twice (the group moved past the windows the backfill wrote).
+    assert emitted == [*closed, *closed_later]
 
 
 def _visits() -> list[tuple[str, str, int]]:
