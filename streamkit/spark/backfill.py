@@ -107,6 +107,7 @@ _WINDOW_DATA = b"\x01"
 Row = tuple[str, int | None, bytes | None, bytes | None, int, list[tuple[str, bytes]] | None]
 CHANGELOG, LATE, OUTPUT, EMITTED = "changelog", "late", "output", "emitted"
 SPLIT_OFFSETS = 1_000_000
+DRIVER_SCAN = 200_000  # a changelog of at most this many offsets is scanned in the driver
 _SEEN_KEYS = 100_000  # repartition keys remembered per task (their decoded form and partition)
 _IMMUTABLE = (str, int, float, bool, bytes, type(None))  # a source partition is read by tasks of at most this many offsets
 
@@ -325,6 +326,13 @@ Placed = tuple[int, int, int, int, Any, Any]
 SourceChunk = tuple[int, list[Record]]
 
 
+class _Uncounted:
+    """An accumulator's ``add`` for a read that counts nothing."""
+
+    def add(self, n: int) -> None:
+        return None
+
+
 def _read_source(
     path: str | None, bootstrap: str | None, topic: str, counter: Any, ranges: Iterator[OffsetRange]
 ) -> Iterator[SourceChunk]:
@@ -459,13 +467,90 @@ def _job_rows(plan: _Plan, partitions: int, rows: Iterator[Any]) -> Iterator[tup
 
 def _counts(plan: _Plan, chunks: Iterator[SourceChunk]) -> Iterator[tuple[tuple[int, bytes], tuple[int, int]]]:
     """A count's outputs as ((table partition, key bytes), (count, latest timestamp)), added up
-    in the task first: counts add up in any order."""
-    terminal = _parts(plan).terminal
+    in the task first: counts add up in any order. The usual shapes (a ``group_by`` with no
+    operator after it; a count of the source's own keys) are tallied per key as the pipeline
+    gives it, and each distinct key makes the repartition topic's round trip once, at the end."""
+    parts = _parts(plan)
+    terminal = parts.terminal
     assert isinstance(terminal, Aggregate)
     key_dumps = terminal.table.key_serde.dumps
+    if parts.after is not None or (parts.group is None and parts.before is not None):
+        yield from _placed_counts(plan, key_dumps, _place(plan, chunks))
+        return
+    # (key as the pipeline gives it) -> [count, latest timestamp]: str keys in ``tally``, other
+    # immutable ones in ``typed`` by (type, key) (so that True and 1 stay apart, as their JSON
+    # does), others (not hashable) one by one.
+    tally: dict[Any, list[int]] = {}
+    typed: dict[tuple[type, Any], list[int]] = {}
+    others: list[tuple[Any, int]] = []
+    if parts.group is None:  # the source's keys, per source partition, as their bytes
+        for source_partition, records in chunks:
+            for record in records:
+                where = (source_partition, record.key)
+                held = tally.get(where)
+                if held is None:
+                    tally[where] = [1, record.timestamp]
+                else:
+                    held[0] += 1
+                    if record.timestamp > held[1]:
+                        held[1] = record.timestamp
+        key_loads = parts.key_loads
+        out: dict[tuple[int, bytes], list[int]] = {}
+        for (source_partition, raw), (n, ts) in tally.items():
+            _add_tally(out, (source_partition, key_dumps(key_loads(raw)) or b""), n, ts)
+        for where, (n, ts) in out.items():
+            yield where, (n, ts)
+        return
+    regroup, run_before, key_loads, value_loads = parts.group.fn, parts.before, parts.key_loads, parts.value_loads
+    decode_keys = run_before is not None or regroup is None
+    for _source_partition, records in chunks:
+        for record in records:
+            ts = record.timestamp
+            value = value_loads(record.value)
+            key = key_loads(record.key) if decode_keys else None
+            for k, v in ((key, value),) if run_before is None else run_before(key, value):
+                if regroup is not None:
+                    k = regroup(v)
+                into = tally
+                if type(k) is not str:
+                    if not isinstance(k, _IMMUTABLE):
+                        others.append((k, ts))
+                        continue
+                    into, k = typed, (type(k), k)
+                held = into.get(k)
+                if held is None:
+                    into[k] = [1, ts]
+                else:
+                    held[0] += 1
+                    if ts > held[1]:
+                        held[1] = ts
+    dumps, loads, partitions = _REPARTITION_KEYS.dumps, _REPARTITION_KEYS.loads, plan.repartitions
+    placed: dict[tuple[int, bytes], list[int]] = {}
+    keys = [*((k, n, ts) for k, (n, ts) in tally.items()), *((k[1], n, ts) for k, (n, ts) in typed.items()),
+            *((k, 1, ts) for k, ts in others)]
+    for k, n, ts in keys:
+        raw = dumps(k) or b""
+        _add_tally(placed, (partition_for_key(raw, partitions), key_dumps(loads(raw)) or b""), n, ts)
+    for where, (n, ts) in placed.items():
+        yield where, (n, ts)
+
+
+def _add_tally(into: dict[tuple[int, bytes], list[int]], where: tuple[int, bytes], n: int, ts: int) -> None:
+    held = into.get(where)
+    if held is None:
+        into[where] = [n, ts]
+    else:
+        held[0] += n
+        held[1] = max(held[1], ts)
+
+
+def _placed_counts(
+    plan: _Plan, key_dumps: Callable[[Any], bytes | None], placed: Iterator[Placed]
+) -> Iterator[tuple[tuple[int, bytes], tuple[int, int]]]:
+    """Counts of ``_place``'s outputs (any pipeline shape)."""
     counts: dict[tuple[int, bytes], list[int]] = {}
     raws: dict[tuple[type, Any], bytes] = {}
-    for partition, _source_partition, _offset, ts, k, _v in _place(plan, chunks):
+    for partition, _source_partition, _offset, ts, k, _v in placed:
         if isinstance(k, _IMMUTABLE):
             raw = raws.get((type(k), k))
             if raw is None:
@@ -474,13 +559,7 @@ def _counts(plan: _Plan, chunks: Iterator[SourceChunk]) -> Iterator[tuple[tuple[
                 raw = raws[(type(k), k)] = key_dumps(k) or b""
         else:
             raw = key_dumps(k) or b""
-        held = counts.get((partition, raw))
-        if held is None:
-            counts[(partition, raw)] = [1, ts]
-        else:
-            held[0] += 1
-            if ts > held[1]:
-                held[1] = ts
+        _add_tally(counts, (partition, raw), 1, ts)
     for where, (n, ts) in counts.items():
         yield where, (n, ts)
 
@@ -909,12 +988,19 @@ def append(app: App, topic: str, rows: list[Row]) -> None:
 
 def _keys(spark: Any, app: App, topic: str) -> set[tuple[int, bytes | None]]:
     """(partition, key) of every key ``topic`` holds: whose last record is not a tombstone
-    (read on the executors)."""
+    (read on the executors; a small topic, here: a Spark job's scheduling costs more than
+    reading it)."""
     starts, ends = _ranges(app, topic, None, None)
     options = log_options(app)
     ranges = [r for p in sorted(ends) for r in split_range(OffsetRange(p, starts[p], ends[p]), SPLIT_OFFSETS)]
     if not ranges:
         return set()
+    if sum(r.end - r.start for r in ranges) <= DRIVER_SCAN:
+        held: dict[tuple[int, bytes | None], bool] = {}
+        for p, records in _read_source(options.get("path"), options.get("bootstrap"), topic, _Uncounted(), iter(ranges)):
+            for record in records:
+                held[(p, record.key)] = record.value is not None  # offset order: the last one wins
+        return {where for where, present in held.items() if present}
     counter = spark.sparkContext.accumulator(0)
     read = functools.partial(_read_source, options.get("path"), options.get("bootstrap"), topic, counter)
     last = (

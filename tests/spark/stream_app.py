@@ -7,7 +7,9 @@ environment, so the same module serves a worker and a backfill on any directory.
 * ``joined``: words keyed by their topic's key, concatenated in the order the worker takes
   them (a reducer that does not commute), its changes forwarded to ``joined-changes``;
 * ``initials``: letters re-keyed by their first character (a repartition topic), collected
-  into a list in the worker's order.
+  into a list in the worker's order;
+* ``tap_keys`` and ``tap_kinds``: counts of taps by their topic's key, and by a kind of several
+  types (1, True, "1", 2.5 are four keys), the filtered ones left out.
 """
 
 from __future__ import annotations
@@ -44,4 +46,13 @@ initials = (
     app.stream(letters)
     .group_by(lambda word: word[0], name="initial")
     .aggregate("initials", list, lambda _k, word, seen: [*seen, word], key_type=str, value_type=list)
+)
+
+taps = app.topic("taps", key_type=str, value_type=dict, partitions=2)
+tap_keys = app.stream(taps).group_by_key().count("tap_keys")
+tap_kinds = (
+    app.stream(taps)
+    .filter(lambda t: t["n"] % 5 != 0)
+    .group_by(lambda t: t["kind"], name="kind")
+    .count("tap_kinds")
 )

@@ -190,3 +190,27 @@ def test_a_tables_stream_read_by_what_the_backfill_cannot_run_is_refused(
 
     with pytest.raises(ConfigError, match=r"also read by \['.*audit'\]"):
         backfill(spark, "stream_app:app", "joined")
+
+
+def test_counts_by_the_sources_keys_and_by_keys_of_several_types_equal_the_workers(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from streamkit.spark.backfill import backfill
+
+    history, replay = tmp_path / "history", tmp_path / "replay"
+    module = _module(monkeypatch, history)
+    kinds: list[Any] = [1, True, "1", 2.5, False, 0, "a"]
+    taps = [(f"t{i % 7}", {"n": i, "kind": kinds[i % len(kinds) - i % 3]}, BASE + i) for i in range(300)]
+    _load(history, "taps", dict, 2, taps)
+    shutil.copytree(history, replay)
+
+    async def worker(data_dir: Path, state: str) -> tuple[dict[Any, int], dict[Any, int]]:
+        async with AppDriver(module.app, data_dir=str(data_dir), state_dir=str(tmp_path / state)) as driver:
+            await driver.process()
+            return dict(module.tap_keys.items()), {repr(k): v for k, v in module.tap_kinds.items()}
+
+    by_key, by_kind = asyncio.run(worker(replay, "replay-state"))
+    assert sum(by_key.values()) == len(taps) and len(by_kind) == len(kinds)
+    assert sum(by_kind.values()) == sum(1 for _k, t, _ts in taps if t["n"] % 5 != 0)
+    backfill(spark, "stream_app:app", "tap_keys", "tap_kinds")
+    assert asyncio.run(worker(history, "state")) == (by_key, by_kind)

@@ -162,9 +162,16 @@ def test_late_records_and_sessions_equal_the_worker_record_for_record(
     assert backfilled_late == late  # the same late records, with the same reasons and stream times
 
 
-def test_a_second_backfill_replaces_the_first(spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Windows of an earlier changelog that the new result lacks are deleted, not served."""
+@pytest.mark.parametrize("scan", ["driver", "spark"])
+def test_a_second_backfill_replaces_the_first(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scan: str
+) -> None:
+    """Windows of an earlier changelog that the new result lacks are deleted, not served
+    (the earlier changelog's keys read in the driver, as a small one is, or on Spark)."""
     from streamkit.spark.backfill import backfill
+
+    if scan == "spark":
+        monkeypatch.setattr(importlib.import_module("streamkit.spark.backfill"), "DRIVER_SCAN", 0)
 
     module = _module(monkeypatch, tmp_path / "log")
     _load(tmp_path / "log", "visits", str, str, 2, [("u1", "a", BASE), ("u2", "b", BASE + 10_000)])
