@@ -108,6 +108,7 @@ Row = tuple[str, int | None, bytes | None, bytes | None, int, list[tuple[str, by
 CHANGELOG, LATE, OUTPUT, EMITTED = "changelog", "late", "output", "emitted"
 SPLIT_OFFSETS = 1_000_000
 DRIVER_SCAN = 200_000  # a changelog of at most this many offsets is scanned in the driver
+DRIVER_MERGE_TASKS = 8  # a count read by at most this many tasks is added up in the driver
 _SEEN_KEYS = 100_000  # repartition keys remembered per task (their decoded form and partition)
 _IMMUTABLE = (str, int, float, bool, bytes, type(None))  # a source partition is read by tasks of at most this many offsets
 
@@ -892,6 +893,10 @@ def _backfill_one(
         results = placed.partitionBy(source_partitions, lambda p: p).mapPartitions(
             functools.partial(_window_rows, plan)
         )
+    elif terminal.kind == "count" and len(ranges) <= DRIVER_MERGE_TASKS:
+        # Each task's counts, added up here: at most DRIVER_MERGE_TASKS times the rows the
+        # driver collects anyway, and no shuffle stage to schedule.
+        results = records.mapPartitions(functools.partial(_counts, plan))
     elif terminal.kind == "count":
         results = (
             records.mapPartitions(functools.partial(_counts, plan))
@@ -906,7 +911,15 @@ def _backfill_one(
         )
     # The results pass through the driver, which appends them once every task succeeded (as
     # the data source's writer commits): a failed job leaves the log untouched.
-    out: list[Row] = results.collect()
+    out: list[Row]
+    if isinstance(terminal, Aggregate) and terminal.kind == "count" and len(ranges) <= DRIVER_MERGE_TASKS:
+        merged: dict[tuple[int, bytes], list[int]] = {}
+        partial: list[tuple[tuple[int, bytes], tuple[int, int]]] = results.collect()
+        for where, (n, ts) in partial:
+            _add_tally(merged, where, n, ts)
+        out = [_count_row(plan, (where, (n, ts))) for where, (n, ts) in merged.items()]
+    else:
+        out = results.collect()
     read = int(counter.value)
     late = [r for r in out if r[0] == LATE]
     if late and to_topic is None:
@@ -1134,9 +1147,20 @@ def run_job(
 
 
 def _partition_count(app: App, topic: str) -> int | None:
+    """``topic``'s partition count, None when it does not exist. An embedded log's comes from
+    its metadata file (opening the log as a client would first open every partition)."""
     import asyncio
 
+    from streamkit.log.errors import UnknownTopicError
+    from streamkit.log.reader import topic_partition_count
     from streamkit.transport.base import open_log_client
+
+    path = log_options(app).get("path")
+    if path is not None and os.path.isdir(path):
+        try:
+            return topic_partition_count(path, topic)
+        except UnknownTopicError:
+            return None
 
     async def count() -> int | None:
         client = open_log_client(app.broker)
@@ -1154,6 +1178,10 @@ def _ensure_topic(app: App, name: str, partitions: int, config: Any) -> int:
     import asyncio
 
     from streamkit.transport.base import open_log_client
+
+    found = _partition_count(app, name) if "path" in log_options(app) else None
+    if found is not None:
+        return found
 
     async def ensure() -> int:
         client = open_log_client(app.broker)

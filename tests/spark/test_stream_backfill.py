@@ -192,10 +192,15 @@ def test_a_tables_stream_read_by_what_the_backfill_cannot_run_is_refused(
         backfill(spark, "stream_app:app", "joined")
 
 
+@pytest.mark.parametrize("merge", ["driver", "spark"])
 def test_counts_by_the_sources_keys_and_by_keys_of_several_types_equal_the_workers(
-    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, merge: str
 ) -> None:
+    """Each task's counts added up in the driver (a few tasks) or by Spark (many)."""
     from streamkit.spark.backfill import backfill
+
+    if merge == "spark":
+        monkeypatch.setattr(importlib.import_module("streamkit.spark.backfill"), "DRIVER_MERGE_TASKS", 0)
 
     history, replay = tmp_path / "history", tmp_path / "replay"
     module = _module(monkeypatch, history)
