@@ -219,3 +219,17 @@ def test_counts_by_the_sources_keys_and_by_keys_of_several_types_equal_the_worke
     assert sum(by_kind.values()) == sum(1 for _k, t, _ts in taps if t["n"] % 5 != 0)
     backfill(spark, "stream_app:app", "tap_keys", "tap_kinds")
     assert asyncio.run(worker(history, "state")) == (by_key, by_kind)
+
+
+def test_the_backfill_command_says_what_it_wrote_to_the_tables_stream(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    streamkit = str(Path(sys.executable).parent / "streamkit")
+    env = {**os.environ, "BF_BROKER": f"file://{tmp_path / 'log'}", "PYTHONPATH": str(HERE), "TMPDIR": str(tmp_path)}
+    _load(tmp_path / "log", "words", str, 2, [("a", "x", BASE), ("b", "y", BASE + 1), ("a", "z", BASE + 2)])
+    done = subprocess.run([streamkit, "backfill", "-A", "stream_app:app", "--table", "joined"], env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "joined: 3 records read, 2 keys written to its changelog, 2 records written to topic joined-changes" \
+        in done.stdout
