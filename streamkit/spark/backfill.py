@@ -485,8 +485,10 @@ def _counts(plan: _Plan, chunks: Iterator[SourceChunk]) -> Iterator[tuple[tuple[
     typed: dict[tuple[type, Any], list[int]] = {}
     others: list[tuple[Any, int]] = []
     if parts.group is None:  # the source's keys, per source partition, as their bytes
+        value_loads = parts.value_loads
         for source_partition, records in chunks:
             for record in records:
+                value_loads(record.value)  # a value that does not decode fails here, as in the worker
                 where = (source_partition, record.key)
                 held = tally.get(where)
                 if held is None:
@@ -502,7 +504,8 @@ def _counts(plan: _Plan, chunks: Iterator[SourceChunk]) -> Iterator[tuple[tuple[
         for where, (n, ts) in out.items():
             yield where, (n, ts)
         return
-    regroup, run_before, key_loads, value_loads = parts.group.fn, parts.before, parts.key_loads, parts.value_loads
+    regroup, run_before, key_loads = parts.group.fn, parts.before, parts.key_loads
+    value_loads = parts.value_loads
     decode_keys = run_before is not None or regroup is None
     for _source_partition, records in chunks:
         for record in records:
