@@ -56,3 +56,12 @@ tap_kinds = (
     .group_by(lambda t: t["kind"], name="kind")
     .count("tap_kinds")
 )
+
+
+def words_per_key(spark: object, source: object) -> object:
+    """A hand-written job for ``joined`` (``--job stream_app:words_per_key``): how many words
+    each key has, as text (the table's ``str`` values are UTF-8 on the wire)."""
+    from pyspark.sql import functions as F
+
+    counts = source.groupBy(F.col("key").cast("string").alias("key")).count()  # type: ignore[attr-defined]
+    return counts.select("key", F.col("count").cast("string").alias("value"))

@@ -233,3 +233,17 @@ def test_the_backfill_command_says_what_it_wrote_to_the_tables_stream(tmp_path: 
     assert done.returncode == 0, done.stderr
     assert "joined: 3 records read, 2 keys written to its changelog, 2 records written to topic joined-changes" \
         in done.stdout
+
+
+def test_a_jobs_table_reaches_the_topic_after_its_stream(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from streamkit.spark.backfill import run_job
+
+    history = tmp_path / "history"
+    _module(monkeypatch, history)
+    _load(history, "words", str, 2, [("a", "x", BASE), ("b", "y", BASE + 1), ("a", "z", BASE + 2)])
+    report = run_job(spark, "stream_app:app", "stream_app:words_per_key", table="joined")
+    assert report.keys_written == 2 and report.streams == {"joined-changes": 2}
+    changes = _topic(spark, history, "joined-changes")
+    assert sorted((key, json.loads(value or "null")) for _p, _o, key, value, _ts in changes) == [("a", "2"), ("b", "1")]
