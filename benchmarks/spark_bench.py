@@ -22,7 +22,7 @@ the Parquet rate (the goal: >= 50%). A short
 warm-up read of each side comes first (JIT, Python worker start). Reads are warm: both
 inputs sit in the page cache.
 
-The second part (``--backfill-records``, default 1,000,000; 0 skips it; ``--skip-read``
+The second part (``--backfill-records``, default 3,000,000; 0 skips it; ``--skip-read``
 skips the first) is the backfill of a keyed count beside replaying the same topic through a
 streamkit worker. The app is ``app`` below: orders (a JSON value with a user, 1,000 users)
 counted per user through a ``group_by`` (so a repartition topic), the DSL's keyed count.
@@ -42,6 +42,7 @@ the backfill: the JVM, its Python workers and this process, the driver).
 
     .venv/bin/python benchmarks/spark_bench.py                       # 10M records, 3 runs
     .venv/bin/python benchmarks/spark_bench.py --records 2000000 --runs 3
+    .venv/bin/python benchmarks/spark_bench.py --skip-read                 # the backfill: 3M records, 3 runs
     .venv/bin/python benchmarks/spark_bench.py --skip-read --backfill-records 1000000
 """
 
@@ -252,8 +253,10 @@ def main() -> None:
     parser.add_argument("--cores", type=int, default=2, help="Spark's local[N]")
     parser.add_argument("--dir", default=None, help="where the data goes (default: the temp dir)")
     parser.add_argument("--skip-read", action="store_true", help="only the backfill part")
-    parser.add_argument("--backfill-records", type=int, default=1_000_000, help="0: no backfill part")
-    parser.add_argument("--backfill-runs", type=int, default=2, help="backfills of the same history, one after another")
+    # A backfill has ~0.5 s of fixed cost (scheduling its job, the driver's log work): at 1M
+    # records that is a quarter of its CPU; histories worth a backfill are larger.
+    parser.add_argument("--backfill-records", type=int, default=3_000_000, help="0: no backfill part")
+    parser.add_argument("--backfill-runs", type=int, default=3, help="backfills of the same history, one after another")
     args = parser.parse_args()
 
     os.environ["PYSPARK_PYTHON"] = sys.executable

@@ -141,5 +141,7 @@ def _describe(report: Any) -> str:
         line += f" ({report.deleted} stale keys deleted)"
     if report.late:
         line += f", {report.late} late records sent to the late topic"
+    for topic, written in report.streams.items():
+        line += f", {written} records written to topic {topic}"
     ends = ", ".join(f"{p}:{o}" for p, o in sorted(report.ends.items()))
     return line + f"; the group resumes at {ends}"

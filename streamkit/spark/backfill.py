@@ -11,10 +11,16 @@ straight into Python, without a detour through Spark's rows):
    key as the repartition topic encodes it (after a ``group_by``; key and value then make the
    repartition topic's round trip through its serializers, as in the worker), else the source
    partition;
-3. plain tables: per table partition and key, the outputs are folded in event order
-   (timestamp, then source partition and offset) with the aggregation's function (sum,
-   reduce, aggregate, latest value); counts add up in any order, so Spark combines them
-   before the shuffle. Windowed tables: per table partition, the worker's
+3. plain tables: per table partition and key, the outputs are folded with the aggregation's
+   function (sum, reduce, aggregate, latest value) in the order the worker's task takes them:
+   each source partition's in offset order (not by timestamp: a task reading one partition
+   takes it as it comes), several source partitions merged by the timestamp of their next
+   output. That is exactly the worker's order without a repartition, and after one over a
+   source of one partition; after a repartition of several source partitions the worker's
+   interleaving of them depends on when the upstream tasks wrote the repartition topic, and
+   the backfill's is one of those orders (the same answers for a reducer that commutes, or
+   when each key's records come from one source partition). Counts add up in any order, so
+   Spark combines them before the shuffle. Windowed tables: per table partition, the worker's
    own window driver (``windows.aggregate.WindowAggregator``) runs over the outputs in the
    order a worker's task reads them: each source partition in offset order, the source
    partitions merged by the timestamp of their next record (Kafka Streams' choice), so stream
@@ -23,8 +29,21 @@ straight into Python, without a detour through Spark's rows):
 4. the results are appended to the table's changelog, the state every worker restores from
    (for a windowed table: the driver's store, windows, index, stream time and emit progress,
    byte for byte), with a tombstone for every key an earlier changelog holds that the result
-   lacks; then the app's consumer group is moved to the end of what was read, so a worker
-   started afterwards serves the backfilled values and processes only newer records.
+   lacks;
+5. the table's stream, when the app asked for it (Kafka Streams' reprocessing recomputes the
+   topics downstream too): a windowed table's ``to_stream(emit=...)`` topic gets the windows
+   the driver emitted (``"close"``: those stream time closed, each once; ``"update"``: every
+   change), each table partition's task's in its order, stamped with the time of the record
+   that emitted them, as the worker sends them; a plain table's changelog records are its
+   changes. The map/filter pipelines the app runs over that stream into topics
+   (``.to_stream().map_values(...).to(topic)``) then run over it, one task per partition, and
+   their topics get what they send. Where several tasks write one partition the worker's
+   interleaving depends on timing: here their records are merged by timestamp. Anything else
+   reading the stream (an aggregation, agent code) is refused: the backfill moves the group
+   past it. Streams are appended: a second backfill writes them again;
+6. the app's consumer group is moved to the end of what was read (and of the streams
+   written), so a worker started afterwards serves the backfilled values, processes only
+   newer records and forwards nothing twice.
 
 ``to_topic`` writes the result records to a topic instead (the table's keys and values; for
 a windowed table each window once, with its final value, as the windows topic spells it)
@@ -45,7 +64,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
@@ -86,8 +105,10 @@ _WINDOW_DATA = b"\x01"
 # What the executors hand back: one row per record to write, ``kind`` saying where it goes:
 # (kind, partition or None (by the key's hash), key, value, timestamp ms, headers or None).
 Row = tuple[str, int | None, bytes | None, bytes | None, int, list[tuple[str, bytes]] | None]
-CHANGELOG, LATE, OUTPUT = "changelog", "late", "output"
+CHANGELOG, LATE, OUTPUT, EMITTED = "changelog", "late", "output", "emitted"
 SPLIT_OFFSETS = 1_000_000
+DRIVER_SCAN = 200_000  # a changelog of at most this many offsets is scanned in the driver
+DRIVER_MERGE_TASKS = 8  # a count read by at most this many tasks is added up in the driver
 _SEEN_KEYS = 100_000  # repartition keys remembered per task (their decoded form and partition)
 _IMMUTABLE = (str, int, float, bool, bytes, type(None))  # a source partition is read by tasks of at most this many offsets
 
@@ -103,6 +124,9 @@ class BackfillReport:
     deleted: int = 0  # keys of an earlier changelog the result lacks, deleted
     to_topic: str | None = None
     job: str | None = None
+    # records written to the table's stream (its windows topic, or its changelog's readers)
+    # and to the topics the pipelines over it write, by topic
+    streams: dict[str, int] = field(default_factory=dict)
 
 
 def spark_session(master: str, name: str, log_path: str | None = None) -> Any:
@@ -224,6 +248,7 @@ class _Plan:
     repartitions: int
     output: bool = False  # the result records for a topic, not the changelog's
     job: str | None = None  # the hand-written job whose rows fill the table
+    emitted: bool = False  # a windowed table's emitted windows too (its ``to_stream`` topic)
 
 
 @dataclass(frozen=True)
@@ -302,6 +327,13 @@ Placed = tuple[int, int, int, int, Any, Any]
 SourceChunk = tuple[int, list[Record]]
 
 
+class _Uncounted:
+    """An accumulator's ``add`` for a read that counts nothing."""
+
+    def add(self, n: int) -> None:
+        return None
+
+
 def _read_source(
     path: str | None, bootstrap: str | None, topic: str, counter: Any, ranges: Iterator[OffsetRange]
 ) -> Iterator[SourceChunk]:
@@ -365,18 +397,54 @@ def _place(plan: _Plan, chunks: Iterator[SourceChunk]) -> Iterator[Placed]:
                         yield partition, source_partition, offset, timestamp, k2, v2
 
 
-def _fold_key(plan: _Plan, item: tuple[tuple[int, bytes], Iterable[tuple[int, int, int, Any, Any]]]) -> Iterator[tuple[Any, ...]]:
-    """One key's outputs, in event order, folded into the row its changelog record becomes."""
+# (source partition, offset, index among the record's outputs, timestamp ms, key, value)
+Output = tuple[int, int, int, int, Any, Any]
+
+
+def _task_order(outputs: Iterable[Output]) -> list[Output]:
+    """A key's outputs in the order a worker's task takes them: each source partition's in
+    offset order, the next always from the source partition whose next output is the oldest
+    (ties: the lower source partition). Without a repartition (or with one source partition)
+    this is exactly the worker's order: a key's outputs all come from the one source partition
+    its table partition reads, in offset order. After a repartition over several source
+    partitions, the worker takes each source partition's outputs in offset order too, but how
+    they interleave depends on when the upstream tasks wrote them; this is one such order."""
+    by_source: dict[int, list[Output]] = {}
+    for output in outputs:
+        by_source.setdefault(output[0], []).append(output)
+    if len(by_source) == 1:
+        (only,) = by_source.values()
+        only.sort(key=lambda o: (o[1], o[2]))
+        return only
+    heads: list[tuple[int, int, int]] = []
+    for source, found in by_source.items():
+        found.sort(key=lambda o: (o[1], o[2]))
+        heads.append((found[0][3], source, 0))
+    heapq.heapify(heads)
+    ordered: list[Output] = []
+    while heads:
+        _ts, source, i = heapq.heappop(heads)
+        found = by_source[source]
+        ordered.append(found[i])
+        if i + 1 < len(found):
+            heapq.heappush(heads, (found[i + 1][3], source, i + 1))
+    return ordered
+
+
+def _fold_key(plan: _Plan, item: tuple[tuple[int, bytes], Iterable[Output]]) -> Iterator[tuple[Any, ...]]:
+    """One key's outputs, in the worker's task order, folded into the row its changelog record
+    becomes (stamped, as the worker stamps it, with the time of the last of them)."""
     terminal = _parts(plan).terminal
     assert isinstance(terminal, Aggregate)
     (partition, raw_key), outputs = item
-    ordered = sorted(outputs, key=lambda o: (o[0], o[1], o[2]))
-    present, value = _fold(terminal.kind, terminal.fn, terminal.initializer, ordered[0][3], (o[4] for o in ordered))
+    ordered = _task_order(outputs)
+    present, value = _fold(terminal.kind, terminal.fn, terminal.initializer, ordered[0][4], (o[5] for o in ordered))
     raw_value = terminal.table.value_serde.dumps(value) if present else None
+    latest = ordered[-1][3]
     if plan.output:
-        yield (OUTPUT, None, raw_key, raw_value, ordered[-1][0], None)
+        yield (OUTPUT, None, raw_key, raw_value, latest, None)
     else:
-        yield (CHANGELOG, partition, raw_key, raw_value, ordered[-1][0], None)
+        yield (CHANGELOG, partition, raw_key, raw_value, latest, None)
 
 
 def _job_rows(plan: _Plan, partitions: int, rows: Iterator[Any]) -> Iterator[tuple[bytes, bytes | None, int]]:
@@ -400,13 +468,93 @@ def _job_rows(plan: _Plan, partitions: int, rows: Iterator[Any]) -> Iterator[tup
 
 def _counts(plan: _Plan, chunks: Iterator[SourceChunk]) -> Iterator[tuple[tuple[int, bytes], tuple[int, int]]]:
     """A count's outputs as ((table partition, key bytes), (count, latest timestamp)), added up
-    in the task first: counts add up in any order."""
-    terminal = _parts(plan).terminal
+    in the task first: counts add up in any order. The usual shapes (a ``group_by`` with no
+    operator after it; a count of the source's own keys) are tallied per key as the pipeline
+    gives it, and each distinct key makes the repartition topic's round trip once, at the end."""
+    parts = _parts(plan)
+    terminal = parts.terminal
     assert isinstance(terminal, Aggregate)
     key_dumps = terminal.table.key_serde.dumps
+    if parts.after is not None or (parts.group is None and parts.before is not None):
+        yield from _placed_counts(plan, key_dumps, _place(plan, chunks))
+        return
+    # (key as the pipeline gives it) -> [count, latest timestamp]: str keys in ``tally``, other
+    # immutable ones in ``typed`` by (type, key) (so that True and 1 stay apart, as their JSON
+    # does), others (not hashable) one by one.
+    tally: dict[Any, list[int]] = {}
+    typed: dict[tuple[type, Any], list[int]] = {}
+    others: list[tuple[Any, int]] = []
+    if parts.group is None:  # the source's keys, per source partition, as their bytes
+        value_loads = parts.value_loads
+        for source_partition, records in chunks:
+            for record in records:
+                value_loads(record.value)  # a value that does not decode fails here, as in the worker
+                where = (source_partition, record.key)
+                held = tally.get(where)
+                if held is None:
+                    tally[where] = [1, record.timestamp]
+                else:
+                    held[0] += 1
+                    if record.timestamp > held[1]:
+                        held[1] = record.timestamp
+        key_loads = parts.key_loads
+        out: dict[tuple[int, bytes], list[int]] = {}
+        for (source_partition, raw), (n, ts) in tally.items():
+            _add_tally(out, (source_partition, key_dumps(key_loads(raw)) or b""), n, ts)
+        for where, (n, ts) in out.items():
+            yield where, (n, ts)
+        return
+    regroup, run_before, key_loads = parts.group.fn, parts.before, parts.key_loads
+    value_loads = parts.value_loads
+    decode_keys = run_before is not None or regroup is None
+    for _source_partition, records in chunks:
+        for record in records:
+            ts = record.timestamp
+            value = value_loads(record.value)
+            key = key_loads(record.key) if decode_keys else None
+            for k, v in ((key, value),) if run_before is None else run_before(key, value):
+                if regroup is not None:
+                    k = regroup(v)
+                into = tally
+                if type(k) is not str:
+                    if not isinstance(k, _IMMUTABLE):
+                        others.append((k, ts))
+                        continue
+                    into, k = typed, (type(k), k)
+                held = into.get(k)
+                if held is None:
+                    into[k] = [1, ts]
+                else:
+                    held[0] += 1
+                    if ts > held[1]:
+                        held[1] = ts
+    dumps, loads, partitions = _REPARTITION_KEYS.dumps, _REPARTITION_KEYS.loads, plan.repartitions
+    placed: dict[tuple[int, bytes], list[int]] = {}
+    keys = [*((k, n, ts) for k, (n, ts) in tally.items()), *((k[1], n, ts) for k, (n, ts) in typed.items()),
+            *((k, 1, ts) for k, ts in others)]
+    for k, n, ts in keys:
+        raw = dumps(k) or b""
+        _add_tally(placed, (partition_for_key(raw, partitions), key_dumps(loads(raw)) or b""), n, ts)
+    for where, (n, ts) in placed.items():
+        yield where, (n, ts)
+
+
+def _add_tally(into: dict[tuple[int, bytes], list[int]], where: tuple[int, bytes], n: int, ts: int) -> None:
+    held = into.get(where)
+    if held is None:
+        into[where] = [n, ts]
+    else:
+        held[0] += n
+        held[1] = max(held[1], ts)
+
+
+def _placed_counts(
+    plan: _Plan, key_dumps: Callable[[Any], bytes | None], placed: Iterator[Placed]
+) -> Iterator[tuple[tuple[int, bytes], tuple[int, int]]]:
+    """Counts of ``_place``'s outputs (any pipeline shape)."""
     counts: dict[tuple[int, bytes], list[int]] = {}
     raws: dict[tuple[type, Any], bytes] = {}
-    for partition, _source_partition, _offset, ts, k, _v in _place(plan, chunks):
+    for partition, _source_partition, _offset, ts, k, _v in placed:
         if isinstance(k, _IMMUTABLE):
             raw = raws.get((type(k), k))
             if raw is None:
@@ -415,13 +563,7 @@ def _counts(plan: _Plan, chunks: Iterator[SourceChunk]) -> Iterator[tuple[tuple[
                 raw = raws[(type(k), k)] = key_dumps(k) or b""
         else:
             raw = key_dumps(k) or b""
-        held = counts.get((partition, raw))
-        if held is None:
-            counts[(partition, raw)] = [1, ts]
-        else:
-            held[0] += 1
-            if ts > held[1]:
-                held[1] = ts
+        _add_tally(counts, (partition, raw), 1, ts)
     for where, (n, ts) in counts.items():
         yield where, (n, ts)
 
@@ -440,12 +582,15 @@ def _count_row(plan: _Plan, item: tuple[tuple[int, bytes], tuple[int, int]]) -> 
     )
 
 
-def _plain_rows(plan: _Plan, rows: Iterator[Any]) -> Iterator[tuple[tuple[int, bytes], tuple[int, int, int, Any, Any]]]:
+def _plain_rows(plan: _Plan, rows: Iterator[Any]) -> Iterator[tuple[tuple[int, bytes], Output]]:
     terminal = _parts(plan).terminal
     assert isinstance(terminal, Aggregate)
     key_dumps = terminal.table.key_serde.dumps
+    at, n = (-1, -1), 0  # a record's outputs (a flat map's) keep their order
     for partition, source_partition, offset, ts, k, v in _place(plan, rows):
-        yield (partition, key_dumps(k) or b""), (ts, source_partition, offset, k, v)
+        n = n + 1 if (source_partition, offset) == at else 0
+        at = (source_partition, offset)
+        yield (partition, key_dumps(k) or b""), (source_partition, offset, n, ts, k, v)
 
 
 class _StampedStore(SortedMemoryStore):
@@ -500,15 +645,21 @@ def _window_rows(plan: _Plan, items: Iterator[tuple[int, Placed]]) -> Iterator[t
     table = terminal.table
     key_dumps = table.group_key_serde.dumps
     late_values = table.late_topic.value_serde.dumps
+    emitted = plan.emitted and not plan.output
     by_partition: dict[int, list[Placed]] = {}
     for partition, record in items:
         by_partition.setdefault(partition, []).append(record)
     for partition, records in sorted(by_partition.items()):
         store = _StampedStore()
-        driver = WindowAggregator(table.spec, table.aggregation, store, emit=table.emit)
+        driver = WindowAggregator(table.spec, table.aggregation, store, emit=table.emit, retention_ms=table.retention_ms)
         for _p, _source, _offset, ts, key, value in _merged(records):
             store.now = ts
             step = driver.process(key_dumps(key) or b"", ts, (key, value))
+            if emitted:  # as the worker sends them: in the order emitted, stamped with the record's time
+                for window in step.emitted:
+                    body = _JSON.dumps({"window_start": window.start_ms, "window_end": window.end_ms,
+                                        "value": window.value})
+                    yield (EMITTED, partition, window.key, body, ts, None)
             late = step.late
             if late is not None:
                 headers = [
@@ -549,6 +700,96 @@ def _window_output(table: WindowedTable, key: bytes, start: int, end: int, value
 # -- the driver ---------------------------------------------------------------------------------
 
 
+# A record one worker task sends: (key bytes, value bytes, timestamp ms), in the order it sends.
+Sent = tuple[bytes | None, bytes | None, int]
+
+
+def downstream(app: App, topic: Any) -> list[Pipeline]:
+    """The pipelines reading ``topic`` (a table's windows topic or changelog: its
+    ``to_stream()``), which the backfill runs after writing it so their topics hold what a
+    worker would have written; a clear error for anything reading it that the backfill cannot
+    run (it moves the app's group past what it wrote)."""
+    found = [p for p in app.topologies if isinstance(p[0], Source) and p[0].topic.name == topic.name]
+    for pipeline in found:
+        terminal = pipeline[-1]
+        if not isinstance(terminal, Sink) or not all(isinstance(n, Map) for n in pipeline[1:-1]):
+            what = terminal.table.name if isinstance(terminal, (Aggregate, WindowedAggregate, TableJoin)) else None
+            raise ConfigError(
+                f"topic {topic.name!r} (a table's stream) feeds "
+                + (f"table {what!r}" if what else "a pipeline that is not a chain of map/filter into a topic")
+                + ": the backfill writes that topic and runs only map/filter pipelines into a topic after it; "
+                "backfill with --to-topic instead, or run that pipeline in a worker"
+            )
+    ours = {p[-1].topic.name for p in found if isinstance(p[-1], Sink)}
+    others = sorted(a.name for a in app.agents.values()
+                    if a.name not in ours and any(t.name == topic.name for t in a.topics))
+    if others:
+        raise ConfigError(
+            f"topic {topic.name!r} (a table's stream) is also read by {others} of app {app.id!r}: the backfill "
+            "writes it and moves the app's group past what it wrote, which would skip those records for them"
+        )
+    return found
+
+
+def publish(app: App, topic: Any, tasks: list[list[Sent]]) -> list[list[Sent]]:
+    """Append what each task sends to ``topic`` as the worker's tasks would: each record to the
+    partition of its key's hash (keyless ones spread), each task's records in its order. Where
+    several tasks write one partition, the worker's interleaving depends on their timing; here
+    it is by timestamp (ties: the lower task). What each partition now ends with, in order."""
+    declared = app.topics.get(topic.name)
+    partitions = (declared.partitions if declared is not None else None) or topic.partitions or app.topic_partitions
+    count = _ensure_topic(app, topic.name, partitions, topic.config)
+    # (partition, task) -> that task's records for that partition, in its order
+    queues: dict[tuple[int, int], list[Sent]] = {}
+    spread = 0
+    for t, sent in enumerate(tasks):
+        for record in sent:
+            if record[0] is None:
+                p, spread = spread % count, spread + 1
+            else:
+                p = partition_for_key(record[0], count)
+            queues.setdefault((p, t), []).append(record)
+    by_partition: list[list[Sent]] = [[] for _ in range(count)]
+    heads = [(queue[0][2], t, p, 0) for (p, t), queue in queues.items()]  # (ts, task, partition, index)
+    heapq.heapify(heads)
+    while heads:
+        _ts, t, p, n = heapq.heappop(heads)
+        queue = queues[(p, t)]
+        by_partition[p].append(queue[n])
+        if n + 1 < len(queue):
+            heapq.heappush(heads, (queue[n + 1][2], t, p, n + 1))
+    rows: list[Row] = [(OUTPUT, p, k, v, ts, None) for p, sent in enumerate(by_partition) for k, v, ts in sent]
+    if rows:
+        append(app, topic.name, rows)
+    return by_partition
+
+
+def forward(app: App, topic: Any, pipelines: list[Pipeline], by_partition: list[list[Sent]]) -> dict[str, int]:
+    """Run ``pipelines`` (map/filter chains into a topic, see ``downstream``) over what
+    ``topic``'s partitions now end with, one task per partition as the worker runs them, and
+    append their outputs; records written per topic."""
+    key_loads, value_loads = topic.key_serde.loads, topic.value_serde.loads
+    written: dict[str, int] = {}
+    for pipeline in pipelines:
+        sink = pipeline[-1]
+        assert isinstance(sink, Sink)
+        run = runner(tuple(pipeline[1:-1]))
+        key_dumps, value_dumps = sink.topic.key_serde.dumps, sink.topic.value_serde.dumps
+        tasks: list[list[Sent]] = []
+        for sent in by_partition:
+            out: list[Sent] = []
+            for raw_key, raw_value, ts in sent:
+                key = key_loads(raw_key) if raw_key is not None else None
+                value = value_loads(raw_value) if raw_value is not None else None
+                for k, v in run(key, value):
+                    out.append((key_dumps(k) if k is not None else None, value_dumps(v) if v is not None else None, ts))
+            tasks.append(out)
+        publish(app, sink.topic, tasks)
+        written[sink.topic.name] = written.get(sink.topic.name, 0) + sum(len(t) for t in tasks)
+    return written
+
+
+
 def backfill(
     spark: Any, app_ref: str, *tables: str, from_ms: int | None = None, to_ms: int | None = None,
     to_topic: str | None = None,
@@ -565,19 +806,35 @@ def backfill(
     register(spark)
     app = load_app(app_ref, None)
     pipelines = {name: find_pipeline(app, name) for name in tables}
+    streams: dict[str, tuple[Any, list[Pipeline]]] = {}
     if to_topic is None:
         _check_group_free(app, list(pipelines.items()))
+        for name, pipeline in pipelines.items():
+            if (stream := table_stream_topic(app, pipeline)) is not None:
+                streams[name] = (stream, downstream(app, stream))
     reports = []
     ends: dict[str, dict[int, int]] = {}
     for name, pipeline in pipelines.items():
-        report = _backfill_one(spark, app, app_ref, name, pipeline, from_ms, to_ms, to_topic)
+        report = _backfill_one(spark, app, app_ref, name, pipeline, from_ms, to_ms, to_topic, streams.get(name))
         reports.append(report)
         source = pipeline[0]
         assert isinstance(source, Source)
         ends[source.topic.name] = report.ends
     if to_topic is None:
-        _commit(app, list(pipelines.items()), ends)
+        _commit(app, list(pipelines.items()), ends, [stream.name for stream, _ in streams.values()])
     return reports
+
+
+def table_stream_topic(app: App, pipeline: Pipeline) -> Any:
+    """The topic a worker writes the table's ``to_stream()`` to, when the app asked for it: a
+    windowed table's windows topic, or a plain table's changelog when a pipeline reads it."""
+    terminal = pipeline[-1]
+    if isinstance(terminal, WindowedAggregate):
+        return terminal.table.emitted_topic
+    assert isinstance(terminal, Aggregate)
+    changelog = terminal.table.changelog_topic
+    readers = [p for p in app.topologies if isinstance(p[0], Source) and p[0].topic.name == changelog.name]
+    return changelog if readers else None
 
 
 def _ranges(app: App, topic: str, from_ms: int | None, to_ms: int | None) -> tuple[dict[int, int], dict[int, int]]:
@@ -616,7 +873,7 @@ def source_frame(spark: Any, app: App, topic: str, starts: dict[int, int], ends:
 
 def _backfill_one(
     spark: Any, app: App, app_ref: str, table_name: str, pipeline: Pipeline, from_ms: int | None, to_ms: int | None,
-    to_topic: str | None,
+    to_topic: str | None, stream: tuple[Any, list[Pipeline]] | None,
 ) -> BackfillReport:
     source = pipeline[0]
     terminal = pipeline[-1]
@@ -625,7 +882,8 @@ def _backfill_one(
     starts, ends = _ranges(app, source.topic.name, from_ms, to_ms)
     source_partitions = len(ends)
     # compile_pipeline's repartition topics take the source's partition count.
-    plan = _Plan(app_ref, import_root(app_ref), table_name, source_partitions, output=to_topic is not None)
+    plan = _Plan(app_ref, import_root(app_ref), table_name, source_partitions, output=to_topic is not None,
+                 emitted=stream is not None and isinstance(terminal, WindowedAggregate))
     options = log_options(app)
     ranges = [r for p in sorted(ends) for r in split_range(OffsetRange(p, starts[p], ends[p]), SPLIT_OFFSETS)]
     counter = spark.sparkContext.accumulator(0)
@@ -638,6 +896,10 @@ def _backfill_one(
         results = placed.partitionBy(source_partitions, lambda p: p).mapPartitions(
             functools.partial(_window_rows, plan)
         )
+    elif terminal.kind == "count" and len(ranges) <= DRIVER_MERGE_TASKS:
+        # Each task's counts, added up here: at most DRIVER_MERGE_TASKS times the rows the
+        # driver collects anyway, and no shuffle stage to schedule.
+        results = records.mapPartitions(functools.partial(_counts, plan))
     elif terminal.kind == "count":
         results = (
             records.mapPartitions(functools.partial(_counts, plan))
@@ -652,7 +914,15 @@ def _backfill_one(
         )
     # The results pass through the driver, which appends them once every task succeeded (as
     # the data source's writer commits): a failed job leaves the log untouched.
-    out: list[Row] = results.collect()
+    out: list[Row]
+    if isinstance(terminal, Aggregate) and terminal.kind == "count" and len(ranges) <= DRIVER_MERGE_TASKS:
+        merged: dict[tuple[int, bytes], list[int]] = {}
+        partial: list[tuple[tuple[int, bytes], tuple[int, int]]] = results.collect()
+        for where, (n, ts) in partial:
+            _add_tally(merged, where, n, ts)
+        out = [_count_row(plan, (where, (n, ts))) for where, (n, ts) in merged.items()]
+    else:
+        out = results.collect()
     read = int(counter.value)
     late = [r for r in out if r[0] == LATE]
     if late and to_topic is None:
@@ -667,13 +937,25 @@ def _backfill_one(
     windows = sum(1 for r in rows if (r[2] or b"")[:1] == _WINDOW_DATA) if isinstance(table, WindowedTable) else None
     # The worker's rule: the changelog's count if it exists, else the table's, else the sources'.
     table_partitions = _partition_count(app, table.changelog_topic.name) or table.declared_partitions or source_partitions
-    written, deleted = write_changelog(spark, app, table, rows, table_partitions)
-    return BackfillReport(table_name, read, written, ends, len(late), windows, deleted)
+    written, deleted, appended = write_changelog(spark, app, table, rows, table_partitions)
+    streamed: dict[str, int] = {}
+    if stream is not None:
+        topic, readers = stream
+        if plan.emitted:  # the windows each table partition's task emitted, in its order
+            tasks: dict[int, list[Sent]] = {}
+            for _kind, p, key, value, ts, _headers in (r for r in out if r[0] == EMITTED):
+                tasks.setdefault(p or 0, []).append((key, value, ts))
+            by_partition = publish(app, topic, [tasks[p] for p in sorted(tasks)])
+            streamed[topic.name] = sum(len(sent) for sent in by_partition)
+        else:  # the changelog's new records: each partition's, in the order appended
+            by_partition = [[(k, v, ts) for _kind, q, k, v, ts, _h in appended if q == p] for p in range(table_partitions)]
+        streamed.update(forward(app, topic, readers, by_partition))
+    return BackfillReport(table_name, read, written, ends, len(late), windows, deleted, streams=streamed)
 
 
-def write_changelog(spark: Any, app: App, table: Any, rows: list[Row], partitions: int) -> tuple[int, int]:
+def write_changelog(spark: Any, app: App, table: Any, rows: list[Row], partitions: int) -> tuple[int, int, list[Row]]:
     """Append ``rows`` to ``table``'s changelog, with a tombstone for each key the changelog
-    already holds that ``rows`` lack; (records written, of which tombstones)."""
+    already holds that ``rows`` lack; (records written, of which tombstones, the records)."""
     name = table.changelog_topic.name
     stale: list[Row] = []
     if _partition_count(app, name):
@@ -684,7 +966,7 @@ def write_changelog(spark: Any, app: App, table: Any, rows: list[Row], partition
     if rows:
         _ensure_topic(app, name, partitions, table.changelog_topic.config)
         append(app, name, rows)
-    return len(rows), len(stale)
+    return len(rows), len(stale), rows
 
 
 def write_topic(app: App, topic: str, rows: list[Row]) -> int:
@@ -722,12 +1004,19 @@ def append(app: App, topic: str, rows: list[Row]) -> None:
 
 def _keys(spark: Any, app: App, topic: str) -> set[tuple[int, bytes | None]]:
     """(partition, key) of every key ``topic`` holds: whose last record is not a tombstone
-    (read on the executors)."""
+    (read on the executors; a small topic, here: a Spark job's scheduling costs more than
+    reading it)."""
     starts, ends = _ranges(app, topic, None, None)
     options = log_options(app)
     ranges = [r for p in sorted(ends) for r in split_range(OffsetRange(p, starts[p], ends[p]), SPLIT_OFFSETS)]
     if not ranges:
         return set()
+    if sum(r.end - r.start for r in ranges) <= DRIVER_SCAN:
+        held: dict[tuple[int, bytes | None], bool] = {}
+        for p, records in _read_source(options.get("path"), options.get("bootstrap"), topic, _Uncounted(), iter(ranges)):
+            for record in records:
+                held[(p, record.key)] = record.value is not None  # offset order: the last one wins
+        return {where for where, present in held.items() if present}
     counter = spark.sparkContext.accumulator(0)
     read = functools.partial(_read_source, options.get("path"), options.get("bootstrap"), topic, counter)
     last = (
@@ -815,8 +1104,11 @@ def run_job(
         source_topic = first.topic.name
     if source_topic is None:
         raise ConfigError("name the job's source topic (--source)")
+    stream = None
     if table is not None and pipeline is not None and to_topic is None:
         _check_group_free(app, [(table, pipeline)])
+        if (topic := table_stream_topic(app, pipeline)) is not None:
+            stream = (topic, downstream(app, topic))
     starts, ends = _ranges(app, source_topic, from_ms, to_ms)
     frame = source_frame(spark, app, source_topic, starts, ends)
     read = sum(ends[p] - starts[p] for p in ends)  # offsets: the job's own reading is not counted twice
@@ -845,18 +1137,33 @@ def run_job(
         (CHANGELOG, p, key, value, now, None)
         for key, value, p in _job_rows(plan, len(ends), iter(rows.collect()))
     ]
-    written, deleted = write_changelog(spark, app, target, changelog, partitions)
-    _commit(app, [(table, pipeline)], {source_topic: ends})
-    return BackfillReport(table, read, written, ends, deleted=deleted, job=job_ref)
+    written, deleted, appended = write_changelog(spark, app, target, changelog, partitions)
+    streamed: dict[str, int] = {}
+    if stream is not None:
+        by_partition = [[(k, v, ts) for _kind, q, k, v, ts, _h in appended if q == p] for p in range(partitions)]
+        streamed = forward(app, stream[0], stream[1], by_partition)
+    _commit(app, [(table, pipeline)], {source_topic: ends}, [stream[0].name] if stream is not None else [])
+    return BackfillReport(table, read, written, ends, deleted=deleted, job=job_ref, streams=streamed)
 
 
 # -- the log --------------------------------------------------------------------------------------
 
 
 def _partition_count(app: App, topic: str) -> int | None:
+    """``topic``'s partition count, None when it does not exist. An embedded log's comes from
+    its metadata file (opening the log as a client would first open every partition)."""
     import asyncio
 
+    from streamkit.log.errors import UnknownTopicError
+    from streamkit.log.reader import topic_partition_count
     from streamkit.transport.base import open_log_client
+
+    path = log_options(app).get("path")
+    if path is not None and os.path.isdir(path):
+        try:
+            return topic_partition_count(path, topic)
+        except UnknownTopicError:
+            return None
 
     async def count() -> int | None:
         client = open_log_client(app.broker)
@@ -869,20 +1176,25 @@ def _partition_count(app: App, topic: str) -> int | None:
     return asyncio.run(count())
 
 
-def _ensure_topic(app: App, name: str, partitions: int, config: Any) -> None:
+def _ensure_topic(app: App, name: str, partitions: int, config: Any) -> int:
+    """Create topic ``name`` unless it exists; its partition count."""
     import asyncio
 
     from streamkit.transport.base import open_log_client
 
-    async def ensure() -> None:
+    found = _partition_count(app, name) if "path" in log_options(app) else None
+    if found is not None:
+        return found
+
+    async def ensure() -> int:
         client = open_log_client(app.broker)
         await client.start()
         try:
-            await client.ensure_topic(name, partitions, config)
+            return await client.ensure_topic(name, partitions, config)
         finally:
             await client.aclose()
 
-    asyncio.run(ensure())
+    return asyncio.run(ensure())
 
 
 def _check_group_free(app: App, pipelines: list[tuple[str, Pipeline]]) -> None:
@@ -903,9 +1215,12 @@ def _check_group_free(app: App, pipelines: list[tuple[str, Pipeline]]) -> None:
             )
 
 
-def _commit(app: App, pipelines: list[tuple[str, Pipeline]], ends: dict[str, dict[int, int]]) -> None:
+def _commit(
+    app: App, pipelines: list[tuple[str, Pipeline]], ends: dict[str, dict[int, int]], at_end: Iterable[str] = (),
+) -> None:
     """The app's group resumes after what the backfill read (and after everything already in
-    the pipelines' repartition topics, which the backfill recomputed)."""
+    the pipelines' repartition topics, which the backfill recomputed, and in the tables'
+    streams ``at_end``, whose readers it ran)."""
     import asyncio
 
     from streamkit._core.types import TopicPartition
@@ -913,6 +1228,7 @@ def _commit(app: App, pipelines: list[tuple[str, Pipeline]], ends: dict[str, dic
     from streamkit.transport.kafka_tools import KafkaTools
 
     repartitions = [t for name, p in pipelines if (t := repartition_topic_name(app.id, p, name)) is not None]
+    repartitions += list(at_end)
 
     async def commit() -> None:
         url = urlparse(app.broker)

@@ -114,10 +114,14 @@ def test_a_windowed_backfill_equals_the_worker_and_the_worker_carries_on(
 
     served, before, emitted = asyncio.run(after_backfill())
     assert served == windows  # the worker's windows, restored from the backfilled changelog
-    assert before == []  # no history was processed again
+    # The declared output topic (to_stream(emit="close").to(page_windows)) holds what the
+    # replaying worker wrote: the windows stream time closed, each once, in the worker's order.
+    assert before == closed
+    assert report.streams == {"wbf-clicks_per_page-windows": len(closed), "page-windows": len(closed)}
     # The new click closes the backfilled windows with the worker's counts, and only those not
-    # emitted yet: stream time and emit progress came with the state.
-    assert emitted == closed_later
+    # emitted yet (stream time and emit progress came with the state); nothing was forwarded
+    # twice (the group moved past the windows the backfill wrote).
+    assert emitted == [*closed, *closed_later]
 
 
 def _visits() -> list[tuple[str, str, int]]:
@@ -158,9 +162,16 @@ def test_late_records_and_sessions_equal_the_worker_record_for_record(
     assert backfilled_late == late  # the same late records, with the same reasons and stream times
 
 
-def test_a_second_backfill_replaces_the_first(spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Windows of an earlier changelog that the new result lacks are deleted, not served."""
+@pytest.mark.parametrize("scan", ["driver", "spark"])
+def test_a_second_backfill_replaces_the_first(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scan: str
+) -> None:
+    """Windows of an earlier changelog that the new result lacks are deleted, not served
+    (the earlier changelog's keys read in the driver, as a small one is, or on Spark)."""
     from streamkit.spark.backfill import backfill
+
+    if scan == "spark":
+        monkeypatch.setattr(importlib.import_module("streamkit.spark.backfill"), "DRIVER_SCAN", 0)
 
     module = _module(monkeypatch, tmp_path / "log")
     _load(tmp_path / "log", "visits", str, str, 2, [("u1", "a", BASE), ("u2", "b", BASE + 10_000)])
