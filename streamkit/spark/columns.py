@@ -1,0 +1,412 @@
+"""Record batches decoded column by column: Arrow arrays straight from the batch bytes.
+
+The data source's read path for segment files. ``column_batches`` turns the batches
+``log.reader.read_batches`` yields (CRC-checked, control batches left out) into Arrow record
+batches of the Kafka schema (``arrow.py``) without a Python object per record:
+
+1. the record bodies of a run of batches (decompressed with ``log.compression`` when
+   compressed) are copied into one buffer;
+2. one short Python loop per batch walks the records' length prefixes, which gives where
+   each record starts and ends (a record's position depends on every record before it);
+3. every other field is decoded with numpy for all records of the run at once: the varints
+   (timestamp and offset deltas, key and value lengths, header counts) one field at a time,
+   across all records, with one pass per varint byte;
+4. keys and values become Arrow binary arrays without copying them one by one: a
+   ``binary_view`` array whose views point into the buffer, cast (in Arrow's C++) to
+   ``binary``.
+
+The rows are those ``log.records.decode_records`` and ``arrow.record_batches`` give for the
+same batches. A batch this path does not take goes through those two instead, within the same
+output: one whose records carry headers (decoded one by one, as before), and one whose bytes
+are not a well-formed batch (a record length, a varint or a field that runs past its record,
+an offset or timestamp past 64 bits, data that does not decompress). ``decode_records`` then
+raises exactly the error it always raised for such a batch; this module never judges a
+malformed batch itself and never serves a row of one.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from streamkit.log import compression
+from streamkit.log.errors import CorruptRecordError, InvalidRecordError
+from streamkit.log.records import (
+    ATTR_CODEC_MASK,
+    BATCH_OVERHEAD,
+    BatchHeader,
+    Record,
+    decode_records,
+    read_varint,
+)
+from streamkit.spark.arrow import (
+    ARROW_BATCH_RECORDS,
+    ValueColumn,
+    arrow_schema,
+    no_headers,
+    record_batch,
+)
+
+Batch = tuple[BatchHeader, bytes]
+I64 = npt.NDArray[np.int64]
+Mask = npt.NDArray[np.bool_]
+
+# Zero bytes after the last body: a varint (<= 10 bytes) or an inline view (12 bytes) read at a
+# body's end stays inside the buffer.
+_PAD = 16
+# Arrow's views address their data buffer with int32 offsets.
+_MAX_BUFFER = (1 << 31) - 1 - _PAD
+# The smallest record: seven one-byte fields (as in log.records).
+_MIN_RECORD_SIZE = 7
+# A length that cannot be real (bigger than any buffer): clipped to this before it is added to a
+# position, so a garbage length cannot overflow int64 on the way to being found bad.
+_LENGTH_CLIP = 1 << 40
+_TWELVE = np.arange(12, dtype=np.int64)
+
+
+def column_batches(
+    topic: str,
+    partition: int,
+    batches: Iterable[Batch],
+    start: int,
+    end: int,
+    *,
+    include_headers: bool,
+    value_column: ValueColumn | None = None,
+    batch_records: int = ARROW_BATCH_RECORDS,
+) -> Iterator[pa.RecordBatch]:
+    """The records of ``batches`` with offsets in ``[start, end)``, as Arrow batches of about
+    ``batch_records`` rows. Only a batch that straddles a bound is filtered, as the record
+    path (``logs.FileLog.read``) filters."""
+    chunk: list[Batch] = []
+    records = 0
+    for batch in batches:
+        if records >= batch_records:
+            yield from _chunk_batches(topic, partition, chunk, start, end, include_headers, value_column)
+            chunk, records = [], 0
+        chunk.append(batch)
+        records += max(batch[0].records_count, 0)
+    if chunk:
+        yield from _chunk_batches(topic, partition, chunk, start, end, include_headers, value_column)
+
+
+def _chunk_batches(
+    topic: str,
+    partition: int,
+    chunk: list[Batch],
+    start: int,
+    end: int,
+    include_headers: bool,
+    value_column: ValueColumn | None,
+) -> Iterator[pa.RecordBatch]:
+    bodies = _bodies(chunk)
+    size = sum(len(b) for b in bodies if b is not None)
+    if size > _MAX_BUFFER and len(chunk) > 1:
+        half = len(chunk) // 2
+        yield from _chunk_batches(topic, partition, chunk[:half], start, end, include_headers, value_column)
+        yield from _chunk_batches(topic, partition, chunk[half:], start, end, include_headers, value_column)
+        return
+    if size > _MAX_BUFFER:
+        bodies = [None]  # one batch too big for int32 views: the record path
+    out = _decode(topic, partition, chunk, bodies, start, end, include_headers)
+    if out is None or out.num_rows == 0:
+        return
+    if value_column is not None:
+        columns = out.columns
+        columns[1] = value_column(out.column(1).to_pylist())
+        out = pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_headers, columns[1].type))
+    yield out
+
+
+def _bodies(chunk: Sequence[Batch]) -> list[bytes | memoryview | None]:
+    """Each batch's records as bytes (decompressed); None for a batch whose data does not
+    decompress (``decode_records`` will say why)."""
+    out: list[bytes | memoryview | None] = []
+    for header, data in chunk:
+        codec = header.attributes & ATTR_CODEC_MASK
+        if codec == compression.NONE:
+            out.append(memoryview(data)[BATCH_OVERHEAD:])
+            continue
+        try:
+            out.append(compression.decompress(codec, memoryview(data)[BATCH_OVERHEAD:]))
+        except InvalidRecordError:
+            out.append(None)
+    return out
+
+
+@dataclass
+class _Walk:
+    """Where the records of the walked batches lie in the joined buffer."""
+
+    heads: array[int]  # where each record's length prefix is
+    batch: list[int]  # the chunk index of each walked batch that holds records
+    counts: list[int]  # its record count
+
+
+def _walk(buf: bytearray, chunk: Sequence[Batch], where: Sequence[int], sizes: Sequence[int]) -> tuple[_Walk, set[int]]:
+    """Walk every batch's record lengths; (the walk, batches to decode with decode_records)."""
+    walk = _Walk(array("q"), [], [])
+    slow: set[int] = set()
+    for i, (header, _data) in enumerate(chunk):
+        pos = where[i]
+        if pos < 0:
+            slow.add(i)
+            continue
+        count = header.records_count
+        mark = len(walk.heads)
+        if not _walk_batch(buf, pos, pos + sizes[i], count, walk.heads):
+            del walk.heads[mark:]
+            slow.add(i)
+        elif count:
+            walk.batch.append(i)
+            walk.counts.append(count)
+    return walk, slow
+
+
+def _walk_batch(buf: bytearray, pos: int, end: int, count: int, heads: array[int]) -> bool:
+    """Append where each record of the body ``buf[pos:end]`` begins; False when the lengths
+    do not add up to exactly the body. The one loop per record of this module: the lengths
+    are checked (>= 0) afterwards, with the other fields."""
+    if count < 0 or count * _MIN_RECORD_SIZE > end - pos:
+        return False
+    add = heads.append
+    try:
+        for _ in range(count):
+            add(pos)
+            b = buf[pos]
+            if b < 0x80:
+                pos += 1 + ((b >> 1) ^ -(b & 1))
+            else:
+                b2 = buf[pos + 1]
+                if b2 < 0x80:
+                    v = (b & 0x7F) | (b2 << 7)
+                    pos += 2 + ((v >> 1) ^ -(v & 1))
+                else:
+                    length, pos = read_varint(buf, pos)
+                    pos += length
+    except (IndexError, CorruptRecordError):
+        return False
+    return pos == end
+
+
+def _varints(data: npt.NDArray[np.uint8], pos: I64) -> tuple[I64, I64, Mask]:
+    """The zigzag varints at ``pos``: (values, sizes in bytes, malformed), the way
+    ``log.records.read_varint`` reads them (at most 10 bytes, no overflow past 64 bits).
+    ``data`` must hold 10 bytes past every position."""
+    b = data[pos]
+    raw = (b & 0x7F).astype(np.uint64)
+    size = np.ones(len(pos), np.int64)
+    bad = np.zeros(len(pos), np.bool_)
+    more = np.flatnonzero(b >= 0x80)
+    shift = 7
+    while more.size:
+        b = data[pos[more] + size[more]]
+        if shift == 63:
+            bad[more[(b >= 0x80) | (b > 1)]] = True
+        raw[more] |= (b & 0x7F).astype(np.uint64) << np.uint64(shift)
+        size[more] += 1
+        more = more[b >= 0x80]
+        if shift == 63:
+            break
+        shift += 7
+    values = ((raw >> np.uint64(1)) ^ (np.uint64(0) - (raw & np.uint64(1)))).view(np.int64)
+    return values, size, bad
+
+
+def _overflows(a: I64, b: I64, total: I64) -> Mask:
+    """Where ``a + b`` (computed as ``total``, wrapping) left the int64 range."""
+    result: Mask = ((a ^ total) & (b ^ total)) < 0
+    return result
+
+
+def _decode(
+    topic: str,
+    partition: int,
+    chunk: list[Batch],
+    bodies: Sequence[bytes | memoryview | None],
+    start: int,
+    end: int,
+    include_headers: bool,
+) -> pa.RecordBatch | None:
+    schema = arrow_schema(include_headers)
+    where: list[int] = []
+    sizes: list[int] = []
+    total = 0
+    for body in bodies:
+        if body is None:
+            where.append(-1)
+            sizes.append(0)
+        else:
+            where.append(total)
+            sizes.append(len(body))
+            total += len(body)
+    buf = bytearray(total + _PAD)
+    for body, at, size in zip(bodies, where, sizes, strict=True):
+        if body is not None:
+            buf[at : at + size] = body
+    walk, slow = _walk(buf, chunk, where, sizes)
+
+    data = np.frombuffer(buf, np.uint8)
+    # A malformed batch can put a head anywhere: clipped into the buffer until it is found bad.
+    heads = np.clip(np.frombuffer(walk.heads, np.int64) if len(walk.heads) else np.zeros(0, np.int64), 0, total)
+    counts = np.array(walk.counts, np.int64)
+    batch_of = np.repeat(np.arange(len(walk.batch)), counts)  # index into walk.batch per record
+    n = len(heads)
+
+    length, prefix, bad = _varints(data, heads)
+    bad |= length < 0
+    rec_start = heads + prefix
+    rec_end = np.minimum(rec_start + np.clip(length, 0, _LENGTH_CLIP), total)
+    pos = rec_start + 1  # record attributes, unused
+
+    def step(p: I64) -> I64:
+        bad[p > rec_end] = True
+        clipped: I64 = np.minimum(p, rec_end)
+        return clipped
+
+    def varint(p: I64) -> tuple[I64, I64]:
+        values, size, wrong = _varints(data, p)
+        bad[wrong] = True
+        return values, step(p + size)
+
+    pos = step(pos)
+    ts_delta, pos = varint(pos)
+    offset_delta, pos = varint(pos)
+    key_len, pos = varint(pos)
+    key_start = pos
+    pos = step(pos + np.clip(key_len, 0, _LENGTH_CLIP))
+    value_len, pos = varint(pos)
+    value_start = pos
+    pos = step(pos + np.clip(value_len, 0, _LENGTH_CLIP))
+    header_count, pos = varint(pos)
+    bad |= (header_count != 0) | (pos != rec_end)  # records with headers: the record path
+
+    headers = [chunk[i][0] for i in walk.batch]
+    base_offset = np.array([h.base_offset for h in headers], np.int64)[batch_of]
+    offsets = base_offset + offset_delta
+    bad |= _overflows(base_offset, offset_delta, offsets)
+    log_append_time = np.array([h.log_append_time for h in headers], np.bool_)[batch_of]
+    base_ts = np.array([h.base_timestamp for h in headers], np.int64)[batch_of]
+    timestamps = base_ts + ts_delta
+    bad |= _overflows(base_ts, ts_delta, timestamps) & ~log_append_time
+    max_ts = np.array([h.max_timestamp for h in headers], np.int64)[batch_of]
+    timestamps = np.where(log_append_time, max_ts, timestamps)
+
+    slow_batches = np.unique(batch_of[bad])
+    slow.update(walk.batch[j] for j in slow_batches.tolist())
+    fast = np.ones(n, np.bool_)
+    if slow_batches.size:
+        fast[np.isin(batch_of, slow_batches)] = False
+    straddles = np.array([h.base_offset < start or h.last_offset >= end for h in headers], np.bool_)[batch_of]
+    keep = fast & (~straddles | ((offsets >= start) & (offsets < end)))
+
+    arrays: list[pa.Array] | None = None
+    if fast.any():
+        data_buffer = pa.py_buffer(buf)
+        arrays = [
+            _binary(data, data_buffer, key_start, np.where(fast, key_len, -1)),
+            _binary(data, data_buffer, value_start, np.where(fast, value_len, -1)),
+            pa.array(offsets, pa.int64()),
+            pa.array(timestamps, pa.int64()),
+            pa.array(log_append_time.astype(np.int32), pa.int32()),
+        ]
+    if not slow:
+        assert arrays is not None or n == 0
+        if arrays is None:
+            return None
+        mask = None if keep.all() else pa.array(keep)
+        return _assemble(schema, topic, partition, arrays, mask, include_headers)
+    return _mixed(schema, topic, partition, chunk, slow, walk, counts, arrays, keep, start, end, include_headers)
+
+
+def _binary(data: npt.NDArray[np.uint8], buffer: pa.Buffer, start: I64, length: I64) -> pa.Array:
+    """A binary array of ``buffer[start:start + length]`` per row, null where ``length`` < 0."""
+    n = len(start)
+    valid = length >= 0
+    size = np.where(valid, length, 0).astype(np.int32)
+    views = np.zeros((n, 4), np.int32)
+    views[:, 0] = size
+    # Up to 12 bytes sit inside the view (zero-padded); a longer value's view holds its first 4
+    # bytes, its buffer (0) and its offset.
+    inline = data[start[:, None] + _TWELVE]
+    inline[_TWELVE[None, :] >= size[:, None]] = 0
+    views.view(np.uint8).reshape(n, 16)[:, 4:] = inline
+    long = size > 12
+    views[long, 2] = 0
+    views[long, 3] = start[long]
+    null_count = n - int(np.count_nonzero(valid))
+    validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if null_count else None
+    array = pa.Array.from_buffers(
+        pa.binary_view(), n, [validity, pa.py_buffer(views), buffer], null_count=null_count
+    )
+    return array.cast(pa.binary())
+
+
+def _assemble(
+    schema: pa.Schema,
+    topic: str,
+    partition: int,
+    arrays: list[pa.Array],
+    mask: pa.Array | None,
+    include_headers: bool,
+) -> pa.RecordBatch:
+    """The Kafka-schema batch of (key, value, offset, timestamp ms, timestamp type) arrays."""
+    if mask is not None:
+        arrays = [a.filter(mask) for a in arrays]
+    key, value, offset, timestamp, kind = arrays
+    n = len(offset)
+    columns: list[pa.Array] = [
+        key,
+        value,
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        offset,
+        pc.multiply(timestamp, 1000).cast(pa.timestamp("us", tz="UTC")),
+        kind,
+    ]
+    if include_headers:
+        columns.append(no_headers(n))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _mixed(
+    schema: pa.Schema,
+    topic: str,
+    partition: int,
+    chunk: list[Batch],
+    slow: set[int],
+    walk: _Walk,
+    counts: npt.NDArray[np.int64],
+    arrays: list[pa.Array] | None,
+    keep: Mask,
+    start: int,
+    end: int,
+    include_headers: bool,
+) -> pa.RecordBatch | None:
+    """The chunk's rows in order when some of its batches go through ``decode_records``."""
+    first = dict(zip(walk.batch, (np.cumsum(counts) - counts).tolist(), strict=True))
+    pieces: list[pa.RecordBatch] = []
+    for i, (header, data) in enumerate(chunk):
+        if i in slow:
+            records: list[Record] = decode_records(header, data)
+            if header.base_offset < start or header.last_offset >= end:
+                records = [r for r in records if start <= r.offset < end]
+            if records:
+                pieces.append(record_batch(schema, topic, partition, records, header.log_append_time, include_headers))
+        elif i in first:
+            assert arrays is not None
+            lo, n = first[i], chunk[i][0].records_count
+            rows = [a.slice(lo, n) for a in arrays]
+            pieces.append(_assemble(schema, topic, partition, rows, pa.array(keep[lo : lo + n]), include_headers))
+    pieces = [p for p in pieces if p.num_rows]
+    if not pieces:
+        return None
+    if len(pieces) == 1:
+        return pieces[0]
+    return pa.Table.from_batches(pieces, schema=schema).combine_chunks().to_batches()[0]
