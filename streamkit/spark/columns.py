@@ -67,7 +67,8 @@ _MIN_RECORD_SIZE = 7
 # A length that cannot be real (bigger than any buffer): clipped to this before it is added to a
 # position, so a garbage length cannot overflow int64 on the way to being found bad.
 _LENGTH_CLIP = 1 << 40
-_TWELVE = np.arange(12, dtype=np.int64)
+# Batches walked side by side below which the walk's numpy step costs more than a Python loop.
+_LOCKSTEP_MIN = 64
 
 
 def column_batches(
@@ -144,37 +145,77 @@ def _bodies(chunk: Sequence[Batch]) -> list[bytes | memoryview | None]:
 class _Walk:
     """Where the records of the walked batches lie in the joined buffer."""
 
-    heads: array[int]  # where each record's length prefix is
-    batch: list[int]  # the chunk index of each walked batch that holds records
-    counts: list[int]  # its record count
+    heads: I64  # where each record's length prefix is, batch after batch
+    batch: list[int]  # the chunk index of each walked batch (each holds records)
+    counts: I64  # its record count
+    ends: I64  # where its body ends
 
 
-def _walk(buf: bytearray, chunk: Sequence[Batch], where: Sequence[int], sizes: Sequence[int]) -> tuple[_Walk, set[int]]:
-    """Walk every batch's record lengths; (the walk, batches to decode with decode_records)."""
-    walk = _Walk(array("q"), [], [])
+def _walk(
+    buf: bytearray, data: npt.NDArray[np.uint8], chunk: Sequence[Batch], where: Sequence[int], sizes: Sequence[int]
+) -> tuple[_Walk, set[int]]:
+    """Find where every record begins from the length prefixes; (the walk, the batches to
+    decode with decode_records).
+
+    A record's place depends on the records before it in its batch, so the batches are walked
+    side by side: step k reads the k-th length prefix of every batch that has a k-th record
+    with numpy, while at least ``_LOCKSTEP_MIN`` batches do; the rest of the records of the
+    longest batches are walked in Python. A malformed batch only yields wrong heads, which the
+    field decoding finds (every head is kept inside the buffer)."""
     slow: set[int] = set()
+    walked: list[int] = []
     for i, (header, _data) in enumerate(chunk):
-        pos = where[i]
-        if pos < 0:
-            slow.add(i)
-            continue
         count = header.records_count
-        mark = len(walk.heads)
-        if not _walk_batch(buf, pos, pos + sizes[i], count, walk.heads):
-            del walk.heads[mark:]
+        if where[i] < 0 or count < 0 or count * _MIN_RECORD_SIZE > sizes[i] or (count == 0 and sizes[i]):
             slow.add(i)
         elif count:
-            walk.batch.append(i)
-            walk.counts.append(count)
-    return walk, slow
+            walked.append(i)
+    counts = np.array([chunk[i][0].records_count for i in walked], np.int64)
+    starts = np.array([where[i] for i in walked], np.int64)
+    ends = starts + np.array([sizes[i] for i in walked], np.int64)
+    total = len(buf) - _PAD
+    heads = np.empty(int(counts.sum()), np.int64)
+    order = np.argsort(-counts, kind="stable")
+    left = counts[order]  # longest batch first: the batches still walking are a prefix
+    pos = starts[order]
+    first = (np.cumsum(counts) - counts)[order]  # where a batch's heads go
+    m, k = len(order), 0
+    while m >= _LOCKSTEP_MIN:
+        while m and left[m - 1] <= k:
+            m -= 1
+        if m < _LOCKSTEP_MIN:
+            break
+        p = pos[:m]
+        heads[first[:m] + k] = p
+        b0, b1 = data[p], data[p + 1]
+        more = b0 >= 0x80
+        if np.any(more & (b1 >= 0x80)):  # a record of 8 KiB or more: the general varint
+            length, size, _bad = _varints(data, p)
+        else:
+            raw = np.where(more, (b0 & 0x7F).astype(np.int64) | (b1.astype(np.int64) << 7), b0.astype(np.int64))
+            length = (raw >> 1) ^ -(raw & 1)
+            size = 1 + more.astype(np.int64)
+        step = p + size + np.minimum(np.maximum(length, -total), _LENGTH_CLIP)
+        pos[:m] = np.minimum(np.maximum(step, 0), total)
+        k += 1
+    tail = array("q")
+    for j in range(m):
+        if left[j] > k:
+            del tail[:]
+            pos[j] = _walk_records(buf, int(pos[j]), int(left[j]) - k, tail)
+            got = first[j] + k + len(tail)
+            heads[first[j] + k : got] = np.clip(np.frombuffer(tail, np.int64), 0, total)
+            heads[got : first[j] + left[j]] = 0  # the walk broke off (pos is -1)
+    done = np.empty(len(order), np.int64)
+    done[order] = pos
+    for j in np.flatnonzero(done != ends).tolist():
+        slow.add(walked[j])
+    return _Walk(heads, walked, counts, ends), slow
 
 
-def _walk_batch(buf: bytearray, pos: int, end: int, count: int, heads: array[int]) -> bool:
-    """Append where each record of the body ``buf[pos:end]`` begins; False when the lengths
-    do not add up to exactly the body. The one loop per record of this module: the lengths
-    are checked (>= 0) afterwards, with the other fields."""
-    if count < 0 or count * _MIN_RECORD_SIZE > end - pos:
-        return False
+def _walk_records(buf: bytearray, pos: int, count: int, heads: array[int]) -> int:
+    """Append where each of ``count`` records from ``pos`` begins; where the last one ends
+    (-1 when the walk runs off the buffer)."""
     add = heads.append
     try:
         for _ in range(count):
@@ -191,8 +232,8 @@ def _walk_batch(buf: bytearray, pos: int, end: int, count: int, heads: array[int
                     length, pos = read_varint(buf, pos)
                     pos += length
     except (IndexError, CorruptRecordError):
-        return False
-    return pos == end
+        return -1
+    return pos
 
 
 def _varints(data: npt.NDArray[np.uint8], pos: I64) -> tuple[I64, I64, Mask]:
@@ -250,19 +291,23 @@ def _decode(
     for body, at, size in zip(bodies, where, sizes, strict=True):
         if body is not None:
             buf[at : at + size] = body
-    walk, slow = _walk(buf, chunk, where, sizes)
-
     data = np.frombuffer(buf, np.uint8)
-    # A malformed batch can put a head anywhere: clipped into the buffer until it is found bad.
-    heads = np.clip(np.frombuffer(walk.heads, np.int64) if len(walk.heads) else np.zeros(0, np.int64), 0, total)
-    counts = np.array(walk.counts, np.int64)
+    walk, slow = _walk(buf, data, chunk, where, sizes)
+    heads, counts = walk.heads, walk.counts
     batch_of = np.repeat(np.arange(len(walk.batch)), counts)  # index into walk.batch per record
     n = len(heads)
 
     length, prefix, bad = _varints(data, heads)
+    bad |= np.repeat(np.array([i in slow for i in walk.batch], np.bool_), counts)  # did not walk
     bad |= length < 0
     rec_start = heads + prefix
-    rec_end = np.minimum(rec_start + np.clip(length, 0, _LENGTH_CLIP), total)
+    rec_end = rec_start + np.clip(length, 0, _LENGTH_CLIP)
+    # Each record ends where the next begins, the last where its batch's body ends.
+    follows = np.empty(n, np.int64)
+    follows[:-1] = heads[1:]
+    follows[np.cumsum(counts) - 1] = walk.ends
+    bad |= rec_end != follows
+    rec_end = np.minimum(rec_end, total)
     pos = rec_start + 1  # record attributes, unused
 
     def step(p: I64) -> I64:
@@ -309,9 +354,10 @@ def _decode(
     arrays: list[pa.Array] | None = None
     if fast.any():
         data_buffer = pa.py_buffer(buf)
+        words = np.ndarray((len(buf) - 3,), np.uint32, buffer=buf, strides=(1,))
         arrays = [
-            _binary(data, data_buffer, key_start, np.where(fast, key_len, -1)),
-            _binary(data, data_buffer, value_start, np.where(fast, value_len, -1)),
+            _binary(words, data_buffer, key_start, np.where(fast, key_len, -1)),
+            _binary(words, data_buffer, value_start, np.where(fast, value_len, -1)),
             pa.array(offsets, pa.int64()),
             pa.array(timestamps, pa.int64()),
             pa.array(log_append_time.astype(np.int32), pa.int32()),
@@ -325,18 +371,21 @@ def _decode(
     return _mixed(schema, topic, partition, chunk, slow, walk, counts, arrays, keep, start, end, include_headers)
 
 
-def _binary(data: npt.NDArray[np.uint8], buffer: pa.Buffer, start: I64, length: I64) -> pa.Array:
-    """A binary array of ``buffer[start:start + length]`` per row, null where ``length`` < 0."""
+def _binary(words: npt.NDArray[np.uint32], buffer: pa.Buffer, start: I64, length: I64) -> pa.Array:
+    """A binary array of ``buffer[start:start + length]`` per row, null where ``length`` < 0.
+
+    ``words[i]`` is the 4 bytes at byte ``i`` of ``buffer`` (overlapping, native order): a
+    view (16 bytes) holds the length, then up to 12 bytes inline (zero-padded), or for a longer
+    value its first 4 bytes, its buffer (0) and its offset."""
     n = len(start)
     valid = length >= 0
-    size = np.where(valid, length, 0).astype(np.int32)
-    views = np.zeros((n, 4), np.int32)
+    size = np.where(valid, length, 0)
+    views = np.empty((n, 4), np.uint32)
     views[:, 0] = size
-    # Up to 12 bytes sit inside the view (zero-padded); a longer value's view holds its first 4
-    # bytes, its buffer (0) and its offset.
-    inline = data[start[:, None] + _TWELVE]
-    inline[_TWELVE[None, :] >= size[:, None]] = 0
-    views.view(np.uint8).reshape(n, 16)[:, 4:] = inline
+    for w in range(3):
+        kept = np.clip(size - 4 * w, 0, 4).astype(np.uint64) * np.uint64(8)
+        mask = ((np.uint64(1) << kept) - np.uint64(1)).astype(np.uint32)
+        views[:, w + 1] = words[start + 4 * w] & mask
     long = size > 12
     views[long, 2] = 0
     views[long, 3] = start[long]

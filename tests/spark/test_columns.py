@@ -27,6 +27,7 @@ from streamkit.log.records import (
     control_batch,
     crc32c,
 )
+from streamkit.spark import columns
 from streamkit.spark.arrow import record_batches
 from streamkit.spark.columns import column_batches
 from streamkit.spark.logs import FileLog
@@ -107,8 +108,10 @@ def _value_lengths(values: list[bytes | None]) -> pa.Array:
     return pa.array([None if v is None else len(v) * 2 + 1 for v in values], pa.int64())
 
 
-def _both(data_dir: Path, start: int, end: int, **kwargs: Any) -> tuple[Any, Any]:
-    """(record path, column path): a table each, or the error each raised."""
+def _both(data_dir: Path, start: int, end: int, lockstep_min: int = 64, **kwargs: Any) -> tuple[Any, Any]:
+    """(record path, column path): a table each, or the error each raised. ``lockstep_min``:
+    how many batches the column path's walk takes side by side at least (1: all of them, all
+    the way; more: the longest batches' last records in Python)."""
     log = FileLog(str(data_dir), TOPIC)
     batch_records = kwargs.pop("batch_records")
     out: list[Any] = []
@@ -116,11 +119,14 @@ def _both(data_dir: Path, start: int, end: int, **kwargs: Any) -> tuple[Any, Any
         lambda: record_batches(TOPIC, 0, log.read(0, start, end), **kwargs),
         lambda: column_batches(TOPIC, 0, log.batches(0, start, end), start, end, batch_records=batch_records, **kwargs),
     ):
+        default, columns._LOCKSTEP_MIN = columns._LOCKSTEP_MIN, lockstep_min
         try:
             batches = list(read())
         except (InvalidRecordError, pa.ArrowException, OverflowError) as exc:
             out.append((type(exc), str(exc)))
             continue
+        finally:
+            columns._LOCKSTEP_MIN = default
         assert all(b.num_rows for b in batches)
         out.append(pa.Table.from_batches(batches).to_pylist() if batches else [])
     return out[0], out[1]
@@ -133,9 +139,15 @@ def _both(data_dir: Path, start: int, end: int, **kwargs: Any) -> tuple[Any, Any
     include_headers=st.booleans(),
     typed_values=st.booleans(),
     batch_records=st.sampled_from([1, 5, 32_768]),
+    lockstep_min=st.sampled_from([1, 2, 3, 64]),
 )
 def test_columns_give_exactly_the_rows_of_the_record_path(
-    specs: list[dict[str, Any]], cut: tuple[float, float], include_headers: bool, typed_values: bool, batch_records: int
+    specs: list[dict[str, Any]],
+    cut: tuple[float, float],
+    include_headers: bool,
+    typed_values: bool,
+    batch_records: int,
+    lockstep_min: int,
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(tmp)
@@ -145,7 +157,7 @@ def test_columns_give_exactly_the_rows_of_the_record_path(
         whole: Any = None
         for start, end in ((0, end_offset), (lo, hi)):
             expected, got = _both(
-                data_dir, start, end,
+                data_dir, start, end, lockstep_min,
                 include_headers=include_headers,
                 value_column=_value_lengths if typed_values else None,
                 batch_records=batch_records,
@@ -163,9 +175,10 @@ def test_columns_give_exactly_the_rows_of_the_record_path(
     which=st.integers(0, 2),
     at=st.floats(0, 1),
     byte=st.integers(0, 255),
+    lockstep_min=st.sampled_from([1, 2, 64]),
 )
 def test_a_malformed_batch_under_a_valid_crc_fails_as_the_record_path_does(
-    specs: list[dict[str, Any]], which: int, at: float, byte: int
+    specs: list[dict[str, Any]], which: int, at: float, byte: int, lockstep_min: int
 ) -> None:
     """A byte of a batch's records changed and its CRC made right again (a buggy producer, not
     disk damage, which the reader's CRC check catches): the column path raises exactly the
@@ -179,7 +192,9 @@ def test_a_malformed_batch_under_a_valid_crc_fails_as_the_record_path_does(
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(tmp)
         end_offset = _write(data_dir, batches)
-        expected, got = _both(data_dir, 0, end_offset, include_headers=True, value_column=None, batch_records=32_768)
+        expected, got = _both(
+            data_dir, 0, end_offset, lockstep_min, include_headers=True, value_column=None, batch_records=32_768
+        )
         assert got == expected
 
 
@@ -195,15 +210,17 @@ def test_a_record_with_a_bad_length_is_the_record_paths_error(tmp_path: Path) ->
 
 @pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])
 def test_many_batches_without_headers_take_the_column_path(tmp_path: Path, codec: int) -> None:
-    """The common shape (many batches, no headers) is decoded without decode_records."""
-    import streamkit.spark.columns as columns
-
+    """The common shape (many batches, no headers) is decoded without decode_records, the
+    walk taking 64 or more batches side by side, then the longer ones alone."""
     batches = [
         build_batch(
-            [NewRecord(None if i % 7 == 0 else b"k%d" % i, b"v" * (i % 300) if i % 11 else None, 1_000 + i) for i in range(j, j + 100)],
+            [
+                NewRecord(None if i % 7 == 0 else b"k%d" % i, b"v" * (i % 300) if i % 11 else None, 1_000 + i)
+                for i in range(j, j + 10 + j % 13)
+            ],
             compression_codec=codec,
         )
-        for j in range(0, 1_000, 100)
+        for j in range(0, 2_000, 20)
     ]
     end_offset = _write(tmp_path, batches)
     calls: list[int] = []
@@ -218,7 +235,7 @@ def test_many_batches_without_headers_take_the_column_path(tmp_path: Path, codec
         expected, got = _both(tmp_path, 0, end_offset, include_headers=True, value_column=None, batch_records=32_768)
     finally:
         columns.decode_records = real  # type: ignore[assignment]
-    assert got == expected and len(got) == 1_000
+    assert got == expected and len(got) == sum(10 + j % 13 for j in range(0, 2_000, 20))
     assert calls == []
 
 
