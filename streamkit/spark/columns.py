@@ -69,6 +69,8 @@ _MIN_RECORD_SIZE = 7
 _LENGTH_CLIP = 1 << 40
 # Batches walked side by side below which the walk's numpy step costs more than a Python loop.
 _LOCKSTEP_MIN = 64
+# Output batches' worth of records whose lengths are walked together.
+_WALK_GROUP = 4
 
 
 def column_batches(
@@ -84,45 +86,74 @@ def column_batches(
 ) -> Iterator[pa.RecordBatch]:
     """The records of ``batches`` with offsets in ``[start, end)``, as Arrow batches of about
     ``batch_records`` rows. Only a batch that straddles a bound is filtered, as the record
-    path (``logs.FileLog.read``) filters."""
-    chunk: list[Batch] = []
+    path (``logs.FileLog.read``) filters.
+
+    The lengths are walked over ``_WALK_GROUP`` times as many records at once (more batches
+    side by side); the other fields are decoded per output batch, whose arrays stay small
+    enough for the CPU's caches."""
+    group: list[Batch] = []
     records = 0
     for batch in batches:
-        if records >= batch_records:
-            yield from _chunk_batches(topic, partition, chunk, start, end, include_headers, value_column)
-            chunk, records = [], 0
-        chunk.append(batch)
+        if records >= batch_records * _WALK_GROUP:
+            yield from _group_batches(topic, partition, group, start, end, include_headers, value_column, batch_records)
+            group, records = [], 0
+        group.append(batch)
         records += max(batch[0].records_count, 0)
-    if chunk:
-        yield from _chunk_batches(topic, partition, chunk, start, end, include_headers, value_column)
+    if group:
+        yield from _group_batches(topic, partition, group, start, end, include_headers, value_column, batch_records)
 
 
-def _chunk_batches(
+def _group_batches(
     topic: str,
     partition: int,
-    chunk: list[Batch],
+    group: list[Batch],
     start: int,
     end: int,
     include_headers: bool,
     value_column: ValueColumn | None,
+    batch_records: int,
 ) -> Iterator[pa.RecordBatch]:
-    bodies = _bodies(chunk)
+    bodies = _bodies(group)
     size = sum(len(b) for b in bodies if b is not None)
-    if size > _MAX_BUFFER and len(chunk) > 1:
-        half = len(chunk) // 2
-        yield from _chunk_batches(topic, partition, chunk[:half], start, end, include_headers, value_column)
-        yield from _chunk_batches(topic, partition, chunk[half:], start, end, include_headers, value_column)
+    if size > _MAX_BUFFER and len(group) > 1:
+        half = len(group) // 2
+        for halves in (group[:half], group[half:]):
+            yield from _group_batches(topic, partition, halves, start, end, include_headers, value_column, batch_records)
         return
     if size > _MAX_BUFFER:
         bodies = [None]  # one batch too big for int32 views: the record path
-    out = _decode(topic, partition, chunk, bodies, start, end, include_headers)
-    if out is None or out.num_rows == 0:
-        return
-    if value_column is not None:
-        columns = out.columns
-        columns[1] = value_column(out.column(1).to_pylist())
-        out = pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_headers, columns[1].type))
-    yield out
+    where: list[int] = []
+    sizes: list[int] = []
+    total = 0
+    for body in bodies:
+        where.append(-1 if body is None else total)
+        sizes.append(0 if body is None else len(body))
+        total += sizes[-1]
+    buf = bytearray(total + _PAD)
+    for body, at, length in zip(bodies, where, sizes, strict=True):
+        if body is not None:
+            buf[at : at + length] = body
+    data = np.frombuffer(buf, np.uint8)
+    walk, slow = _walk(buf, data, group, where, sizes)
+    first = np.concatenate((np.cumsum(walk.counts) - walk.counts, [len(walk.heads)]))
+    begin = records = 0
+    for i, (header, _data) in enumerate(group):
+        records += max(header.records_count, 0)
+        if records < batch_records and i + 1 < len(group):
+            continue
+        # The output batch of group[begin:i + 1]: the walked batches among them.
+        lo, hi = np.searchsorted(walk.batch, [begin, i + 1]).tolist()
+        part = _Walk(walk.heads[first[lo] : first[hi]], walk.batch[lo:hi], walk.counts[lo:hi], walk.ends[lo:hi])
+        rows = range(begin, i + 1)
+        out = _decode(topic, partition, group, rows, data, total, buf, part, {j for j in slow if j in rows}, start, end, include_headers)
+        begin, records = i + 1, 0
+        if out is None or out.num_rows == 0:
+            continue
+        if value_column is not None:
+            columns = out.columns
+            columns[1] = value_column(out.column(1).to_pylist())
+            out = pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_headers, columns[1].type))
+        yield out
 
 
 def _bodies(chunk: Sequence[Batch]) -> list[bytes | memoryview | None]:
@@ -187,14 +218,7 @@ def _walk(
             break
         p = pos[:m]
         heads[first[:m] + k] = p
-        b0, b1 = data[p], data[p + 1]
-        more = b0 >= 0x80
-        if np.any(more & (b1 >= 0x80)):  # a record of 8 KiB or more: the general varint
-            length, size, _bad = _varints(data, p)
-        else:
-            raw = np.where(more, (b0 & 0x7F).astype(np.int64) | (b1.astype(np.int64) << 7), b0.astype(np.int64))
-            length = (raw >> 1) ^ -(raw & 1)
-            size = 1 + more.astype(np.int64)
+        length, size, _bad = _varints(data, p)
         step = p + size + np.minimum(np.maximum(length, -total), _LENGTH_CLIP)
         pos[:m] = np.minimum(np.maximum(step, 0), total)
         k += 1
@@ -241,22 +265,30 @@ def _varints(data: npt.NDArray[np.uint8], pos: I64) -> tuple[I64, I64, Mask]:
     ``log.records.read_varint`` reads them (at most 10 bytes, no overflow past 64 bits).
     ``data`` must hold 10 bytes past every position."""
     b = data[pos]
-    raw = (b & 0x7F).astype(np.uint64)
-    size = np.ones(len(pos), np.int64)
+    more = b >= 0x80
     bad = np.zeros(len(pos), np.bool_)
-    more = np.flatnonzero(b >= 0x80)
+    if not more.any():  # one byte each: -64..63
+        raw = b.astype(np.int64)
+        return (raw >> 1) ^ -(raw & 1), np.ones(len(pos), np.int64), bad
+    b1 = data[pos + 1]
+    if not (more & (b1 >= 0x80)).any():  # one or two bytes: -8192..8191
+        raw = (b & 0x7F).astype(np.int64) | np.where(more, b1.astype(np.int64) << 7, 0)
+        return (raw >> 1) ^ -(raw & 1), 1 + more.astype(np.int64), bad
+    wide = (b & 0x7F).astype(np.uint64)
+    size = np.ones(len(pos), np.int64)
+    at = np.flatnonzero(more)
     shift = 7
-    while more.size:
-        b = data[pos[more] + size[more]]
+    while at.size:
+        b = data[pos[at] + size[at]]
         if shift == 63:
-            bad[more[(b >= 0x80) | (b > 1)]] = True
-        raw[more] |= (b & 0x7F).astype(np.uint64) << np.uint64(shift)
-        size[more] += 1
-        more = more[b >= 0x80]
+            bad[at[(b >= 0x80) | (b > 1)]] = True
+        wide[at] |= (b & 0x7F).astype(np.uint64) << np.uint64(shift)
+        size[at] += 1
+        at = at[b >= 0x80]
         if shift == 63:
             break
         shift += 7
-    values = ((raw >> np.uint64(1)) ^ (np.uint64(0) - (raw & np.uint64(1)))).view(np.int64)
+    values = ((wide >> np.uint64(1)) ^ (np.uint64(0) - (wide & np.uint64(1)))).view(np.int64)
     return values, size, bad
 
 
@@ -270,29 +302,19 @@ def _decode(
     topic: str,
     partition: int,
     chunk: list[Batch],
-    bodies: Sequence[bytes | memoryview | None],
+    rows: range,
+    data: npt.NDArray[np.uint8],
+    total: int,
+    buf: bytearray,
+    walk: _Walk,
+    slow: set[int],
     start: int,
     end: int,
     include_headers: bool,
 ) -> pa.RecordBatch | None:
+    """The rows of ``chunk[rows]``: ``walk`` holds the walked batches among them, ``slow``
+    those for ``decode_records``."""
     schema = arrow_schema(include_headers)
-    where: list[int] = []
-    sizes: list[int] = []
-    total = 0
-    for body in bodies:
-        if body is None:
-            where.append(-1)
-            sizes.append(0)
-        else:
-            where.append(total)
-            sizes.append(len(body))
-            total += len(body)
-    buf = bytearray(total + _PAD)
-    for body, at, size in zip(bodies, where, sizes, strict=True):
-        if body is not None:
-            buf[at : at + size] = body
-    data = np.frombuffer(buf, np.uint8)
-    walk, slow = _walk(buf, data, chunk, where, sizes)
     heads, counts = walk.heads, walk.counts
     batch_of = np.repeat(np.arange(len(walk.batch)), counts)  # index into walk.batch per record
     n = len(heads)
@@ -368,7 +390,7 @@ def _decode(
             return None
         mask = None if keep.all() else pa.array(keep)
         return _assemble(schema, topic, partition, arrays, mask, include_headers)
-    return _mixed(schema, topic, partition, chunk, slow, walk, counts, arrays, keep, start, end, include_headers)
+    return _mixed(schema, topic, partition, chunk, rows, slow, walk, counts, arrays, keep, start, end, include_headers)
 
 
 def _binary(words: npt.NDArray[np.uint32], buffer: pa.Buffer, start: I64, length: I64) -> pa.Array:
@@ -382,6 +404,11 @@ def _binary(words: npt.NDArray[np.uint32], buffer: pa.Buffer, start: I64, length
     size = np.where(valid, length, 0)
     views = np.empty((n, 4), np.uint32)
     views[:, 0] = size
+    if n and size.min() > 12:  # all out of line (values of 13 bytes or more)
+        views[:, 1] = words[start]
+        views[:, 2] = 0
+        views[:, 3] = start
+        return _view_array(views, buffer, valid)
     for w in range(3):
         kept = np.clip(size - 4 * w, 0, 4).astype(np.uint64) * np.uint64(8)
         mask = ((np.uint64(1) << kept) - np.uint64(1)).astype(np.uint32)
@@ -389,6 +416,11 @@ def _binary(words: npt.NDArray[np.uint32], buffer: pa.Buffer, start: I64, length
     long = size > 12
     views[long, 2] = 0
     views[long, 3] = start[long]
+    return _view_array(views, buffer, valid)
+
+
+def _view_array(views: npt.NDArray[np.uint32], buffer: pa.Buffer, valid: Mask) -> pa.Array:
+    n = len(views)
     null_count = n - int(np.count_nonzero(valid))
     validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if null_count else None
     array = pa.Array.from_buffers(
@@ -429,6 +461,7 @@ def _mixed(
     topic: str,
     partition: int,
     chunk: list[Batch],
+    rows: range,
     slow: set[int],
     walk: _Walk,
     counts: npt.NDArray[np.int64],
@@ -441,7 +474,8 @@ def _mixed(
     """The chunk's rows in order when some of its batches go through ``decode_records``."""
     first = dict(zip(walk.batch, (np.cumsum(counts) - counts).tolist(), strict=True))
     pieces: list[pa.RecordBatch] = []
-    for i, (header, data) in enumerate(chunk):
+    for i in rows:
+        header, data = chunk[i]
         if i in slow:
             records: list[Record] = decode_records(header, data)
             if header.base_offset < start or header.last_offset >= end:
@@ -451,8 +485,8 @@ def _mixed(
         elif i in first:
             assert arrays is not None
             lo, n = first[i], chunk[i][0].records_count
-            rows = [a.slice(lo, n) for a in arrays]
-            pieces.append(_assemble(schema, topic, partition, rows, pa.array(keep[lo : lo + n]), include_headers))
+            sliced = [a.slice(lo, n) for a in arrays]
+            pieces.append(_assemble(schema, topic, partition, sliced, pa.array(keep[lo : lo + n]), include_headers))
     pieces = [p for p in pieces if p.num_rows]
     if not pieces:
         return None
