@@ -13,7 +13,9 @@ Both sides hold the same rows: ``--records`` records (default 10,000,000) over
 2. per run, each side: ``spark.read...load()`` and ``write.format("noop")``, which makes
    Spark produce every column of every row (no column pruning, no output cost). The Parquet
    read goes through Spark's vectorized JVM reader; the data source through Python workers
-   that read the segment files (CRC-checked), decode the records and pass Arrow batches.
+   that read the segment files (CRC-checked), decode the batches column-wise
+   (``spark/columns.py``) and pass Arrow batches. Before the runs, the CPU per record of
+   that decoding in this one process (no Spark) is printed beside the record path's.
 
 The figures are records per second of wall time and records per CPU second of the JVM and
 its Python workers (the figure least moved by other load on a shared machine), the medians
@@ -41,7 +43,7 @@ The figures are records per second of wall time and per CPU second (the worker: 
 the backfill: the JVM, its Python workers and this process, the driver).
 
     .venv/bin/python benchmarks/spark_bench.py                       # 10M records, 3 runs
-    .venv/bin/python benchmarks/spark_bench.py --records 2000000 --runs 3
+    .venv/bin/python benchmarks/spark_bench.py --records 2000000 --runs 3 --backfill-records 0
     .venv/bin/python benchmarks/spark_bench.py --skip-read                 # the backfill: 3M records, 3 runs
     .venv/bin/python benchmarks/spark_bench.py --skip-read --backfill-records 1000000
 """
@@ -67,6 +69,7 @@ import streamkit as sk
 from streamkit.log.manager import LogManager
 from streamkit.log.records import NewRecord
 from streamkit.spark.arrow import record_batches
+from streamkit.spark.columns import column_batches
 from streamkit.spark.logs import FileLog
 
 TS0 = 1_700_000_000_000
@@ -291,6 +294,36 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def decode_cost(data_dir: Path, records: int) -> None:
+    """CPU per record of turning partition 0's segment files into Arrow batches in this one
+    process (no Spark): the record path (``decode_records`` + ``arrow.py``, what the data
+    source did before ``columns.py``, and still does over a broker) and the column path."""
+    log = FileLog(str(data_dir), "bench")
+
+    def records_path() -> int:
+        return sum(b.num_rows for b in record_batches("bench", 0, log.read(0, 0, records), include_headers=True))
+
+    def columns_path() -> int:
+        return sum(
+            b.num_rows
+            for b in column_batches("bench", 0, log.batches(0, 0, records), 0, records, include_headers=True)
+        )
+
+    costs = {}
+    for name, read in (("record path", records_path), ("column path", columns_path)):
+        best = float("inf")
+        for _ in range(3):
+            cpu = time.process_time()
+            assert read() == records
+            best = min(best, time.process_time() - cpu)
+        costs[name] = best / records * 1e6
+    print(
+        "one process, partition 0 to Arrow (best of 3): "
+        + ", ".join(f"{name} {us:.2f} us CPU/record" for name, us in costs.items())
+        + f" ({costs['record path'] / costs['column path']:.1f}x)"
+    )
+
+
 def bench_read(spark: Any, root: Path, args: argparse.Namespace, jvm_pid: int) -> None:
     data_dir, parquet_dir = root / "data", root / "parquet"
     t = time.perf_counter()
@@ -300,6 +333,7 @@ def bench_read(spark: Any, root: Path, args: argparse.Namespace, jvm_pid: int) -
     log_mb = sum(f.stat().st_size for f in data_dir.rglob("*.log")) / 1e6
     pq_mb = sum(f.stat().st_size for f in parquet_dir.glob("*.parquet")) / 1e6
     print(f"setup: {records:,} records, log {log_mb:,.0f} MB, parquet {pq_mb:,.0f} MB ({t:.0f} s)")
+    decode_cost(data_dir, args.records // args.partitions)
     # One Spark partition per log partition, as Parquet gets one per file.
     per_partition = str(args.records // args.partitions)
 

@@ -103,6 +103,18 @@ def _to_batch(
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
+def record_batch(
+    schema: pa.Schema,
+    topic: str,
+    partition: int,
+    records: list[Record],
+    log_append_time: bool,
+    include_headers: bool,
+) -> pa.RecordBatch:
+    """The records of one log batch as an Arrow batch of ``schema`` (binary values)."""
+    return _to_batch(schema, topic, partition, records, [(0, log_append_time)], include_headers, None)
+
+
 def _timestamp_types(n: int, kinds: list[tuple[int, bool]]) -> pa.Array:
     if len(kinds) == 1:  # the usual case: one timestamp type for the whole batch
         return pa.repeat(pa.scalar(1 if kinds[0][1] else 0, pa.int32()), n)
@@ -115,11 +127,16 @@ def _timestamp_types(n: int, kinds: list[tuple[int, bool]]) -> pa.Array:
 
 def _headers(records: Sequence[Record]) -> pa.Array:
     if not any(r.headers for r in records):
-        offsets = pa.repeat(pa.scalar(0, pa.int32()), len(records) + 1)
-        return pa.ListArray.from_arrays(offsets, pa.array([], HEADER_TYPE), type=HEADERS_TYPE)
+        return no_headers(len(records))
     return pa.array(
         [[{"key": k, "value": v} for k, v in r.headers] for r in records], HEADERS_TYPE
     )
+
+
+def no_headers(n: int) -> pa.Array:
+    """A headers column of ``n`` empty lists."""
+    offsets = pa.repeat(pa.scalar(0, pa.int32()), n + 1)
+    return pa.ListArray.from_arrays(offsets, pa.array([], HEADER_TYPE), type=HEADERS_TYPE)
 
 
 def column(batch: pa.RecordBatch, name: str) -> list[Any] | None:

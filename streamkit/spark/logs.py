@@ -32,7 +32,7 @@ from streamkit.log.reader import (
     read_batches,
     topic_partition_count,
 )
-from streamkit.log.records import NewRecord, Record, decode_records
+from streamkit.log.records import BatchHeader, NewRecord, Record, decode_records
 from streamkit.transport.kafka_tools import FetchOutOfRangeError, KafkaTools, TopicNotFoundError
 
 # A fetch asks for this much at a time over the wire.
@@ -81,8 +81,13 @@ class FileLog:
     def offset_for_timestamp(self, partition: int, timestamp: int) -> int | None:
         return offset_for_timestamp(self.data_dir, self.topic, partition, timestamp)
 
+    def batches(self, partition: int, start: int, end: int) -> Iterator[tuple[BatchHeader, bytes]]:
+        """The CRC-checked batches holding offsets in ``[start, end)``, control batches left
+        out; one that straddles a bound is whole (``spark.columns`` decodes them)."""
+        return read_batches(self.data_dir, self.topic, partition, start, end)
+
     def read(self, partition: int, start: int, end: int) -> Iterator[tuple[bool, list[Record]]]:
-        for header, data in read_batches(self.data_dir, self.topic, partition, start, end):
+        for header, data in self.batches(partition, start, end):
             records = decode_records(header, data)  # the CRC was checked by read_batches
             if header.base_offset < start or header.last_offset >= end:
                 records = [r for r in records if start <= r.offset < end]

@@ -1,0 +1,495 @@
+"""Record batches decoded column by column: Arrow arrays straight from the batch bytes.
+
+The data source's read path for segment files. ``column_batches`` turns the batches
+``log.reader.read_batches`` yields (CRC-checked, control batches left out) into Arrow record
+batches of the Kafka schema (``arrow.py``) without a Python object per record:
+
+1. the record bodies of a run of batches (decompressed with ``log.compression`` when
+   compressed) are copied into one buffer;
+2. one short Python loop per batch walks the records' length prefixes, which gives where
+   each record starts and ends (a record's position depends on every record before it);
+3. every other field is decoded with numpy for all records of the run at once: the varints
+   (timestamp and offset deltas, key and value lengths, header counts) one field at a time,
+   across all records, with one pass per varint byte;
+4. keys and values become Arrow binary arrays without copying them one by one: a
+   ``binary_view`` array whose views point into the buffer, cast (in Arrow's C++) to
+   ``binary``.
+
+The rows are those ``log.records.decode_records`` and ``arrow.record_batches`` give for the
+same batches. A batch this path does not take goes through those two instead, within the same
+output: one whose records carry headers (decoded one by one, as before), and one whose bytes
+are not a well-formed batch (a record length, a varint or a field that runs past its record,
+an offset or timestamp past 64 bits, data that does not decompress). ``decode_records`` then
+raises exactly the error it always raised for such a batch; this module never judges a
+malformed batch itself and never serves a row of one.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from streamkit.log import compression
+from streamkit.log.errors import CorruptRecordError, InvalidRecordError
+from streamkit.log.records import (
+    ATTR_CODEC_MASK,
+    BATCH_OVERHEAD,
+    BatchHeader,
+    Record,
+    decode_records,
+    read_varint,
+)
+from streamkit.spark.arrow import (
+    ARROW_BATCH_RECORDS,
+    ValueColumn,
+    arrow_schema,
+    no_headers,
+    record_batch,
+)
+
+Batch = tuple[BatchHeader, bytes]
+I64 = npt.NDArray[np.int64]
+Mask = npt.NDArray[np.bool_]
+
+# Zero bytes after the last body: a varint (<= 10 bytes) or an inline view (12 bytes) read at a
+# body's end stays inside the buffer.
+_PAD = 16
+# Arrow's views address their data buffer with int32 offsets.
+_MAX_BUFFER = (1 << 31) - 1 - _PAD
+# The smallest record: seven one-byte fields (as in log.records).
+_MIN_RECORD_SIZE = 7
+# A length that cannot be real (bigger than any buffer): clipped to this before it is added to a
+# position, so a garbage length cannot overflow int64 on the way to being found bad.
+_LENGTH_CLIP = 1 << 40
+# Batches walked side by side below which the walk's numpy step costs more than a Python loop.
+_LOCKSTEP_MIN = 64
+# Output batches' worth of records whose lengths are walked together.
+_WALK_GROUP = 4
+
+
+def column_batches(
+    topic: str,
+    partition: int,
+    batches: Iterable[Batch],
+    start: int,
+    end: int,
+    *,
+    include_headers: bool,
+    value_column: ValueColumn | None = None,
+    batch_records: int = ARROW_BATCH_RECORDS,
+) -> Iterator[pa.RecordBatch]:
+    """The records of ``batches`` with offsets in ``[start, end)``, as Arrow batches of about
+    ``batch_records`` rows. Only a batch that straddles a bound is filtered, as the record
+    path (``logs.FileLog.read``) filters.
+
+    The lengths are walked over ``_WALK_GROUP`` times as many records at once (more batches
+    side by side); the other fields are decoded per output batch, whose arrays stay small
+    enough for the CPU's caches."""
+    group: list[Batch] = []
+    records = 0
+    for batch in batches:
+        if records >= batch_records * _WALK_GROUP:
+            yield from _group_batches(topic, partition, group, start, end, include_headers, value_column, batch_records)
+            group, records = [], 0
+        group.append(batch)
+        records += max(batch[0].records_count, 0)
+    if group:
+        yield from _group_batches(topic, partition, group, start, end, include_headers, value_column, batch_records)
+
+
+def _group_batches(
+    topic: str,
+    partition: int,
+    group: list[Batch],
+    start: int,
+    end: int,
+    include_headers: bool,
+    value_column: ValueColumn | None,
+    batch_records: int,
+) -> Iterator[pa.RecordBatch]:
+    bodies = _bodies(group)
+    size = sum(len(b) for b in bodies if b is not None)
+    if size > _MAX_BUFFER and len(group) > 1:
+        half = len(group) // 2
+        for halves in (group[:half], group[half:]):
+            yield from _group_batches(topic, partition, halves, start, end, include_headers, value_column, batch_records)
+        return
+    if size > _MAX_BUFFER:
+        bodies = [None]  # one batch too big for int32 views: the record path
+    where: list[int] = []
+    sizes: list[int] = []
+    total = 0
+    for body in bodies:
+        where.append(-1 if body is None else total)
+        sizes.append(0 if body is None else len(body))
+        total += sizes[-1]
+    buf = bytearray(total + _PAD)
+    for body, at, length in zip(bodies, where, sizes, strict=True):
+        if body is not None:
+            buf[at : at + length] = body
+    data = np.frombuffer(buf, np.uint8)
+    walk, slow = _walk(buf, data, group, where, sizes)
+    first = np.concatenate((np.cumsum(walk.counts) - walk.counts, [len(walk.heads)]))
+    begin = records = 0
+    for i, (header, _data) in enumerate(group):
+        records += max(header.records_count, 0)
+        if records < batch_records and i + 1 < len(group):
+            continue
+        # The output batch of group[begin:i + 1]: the walked batches among them.
+        lo, hi = np.searchsorted(walk.batch, [begin, i + 1]).tolist()
+        part = _Walk(walk.heads[first[lo] : first[hi]], walk.batch[lo:hi], walk.counts[lo:hi], walk.ends[lo:hi])
+        rows = range(begin, i + 1)
+        out = _decode(topic, partition, group, rows, data, total, buf, part, {j for j in slow if j in rows}, start, end, include_headers)
+        begin, records = i + 1, 0
+        if out is None or out.num_rows == 0:
+            continue
+        if value_column is not None:
+            columns = out.columns
+            columns[1] = value_column(out.column(1).to_pylist())
+            out = pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_headers, columns[1].type))
+        yield out
+
+
+def _bodies(chunk: Sequence[Batch]) -> list[bytes | memoryview | None]:
+    """Each batch's records as bytes (decompressed); None for a batch whose data does not
+    decompress (``decode_records`` will say why)."""
+    out: list[bytes | memoryview | None] = []
+    for header, data in chunk:
+        codec = header.attributes & ATTR_CODEC_MASK
+        if codec == compression.NONE:
+            out.append(memoryview(data)[BATCH_OVERHEAD:])
+            continue
+        try:
+            out.append(compression.decompress(codec, memoryview(data)[BATCH_OVERHEAD:]))
+        except InvalidRecordError:
+            out.append(None)
+    return out
+
+
+@dataclass
+class _Walk:
+    """Where the records of the walked batches lie in the joined buffer."""
+
+    heads: I64  # where each record's length prefix is, batch after batch
+    batch: list[int]  # the chunk index of each walked batch (each holds records)
+    counts: I64  # its record count
+    ends: I64  # where its body ends
+
+
+def _walk(
+    buf: bytearray, data: npt.NDArray[np.uint8], chunk: Sequence[Batch], where: Sequence[int], sizes: Sequence[int]
+) -> tuple[_Walk, set[int]]:
+    """Find where every record begins from the length prefixes; (the walk, the batches to
+    decode with decode_records).
+
+    A record's place depends on the records before it in its batch, so the batches are walked
+    side by side: step k reads the k-th length prefix of every batch that has a k-th record
+    with numpy, while at least ``_LOCKSTEP_MIN`` batches do; the rest of the records of the
+    longest batches are walked in Python. A malformed batch only yields wrong heads, which the
+    field decoding finds (every head is kept inside the buffer)."""
+    slow: set[int] = set()
+    walked: list[int] = []
+    for i, (header, _data) in enumerate(chunk):
+        count = header.records_count
+        if where[i] < 0 or count < 0 or count * _MIN_RECORD_SIZE > sizes[i] or (count == 0 and sizes[i]):
+            slow.add(i)
+        elif count:
+            walked.append(i)
+    counts = np.array([chunk[i][0].records_count for i in walked], np.int64)
+    starts = np.array([where[i] for i in walked], np.int64)
+    ends = starts + np.array([sizes[i] for i in walked], np.int64)
+    total = len(buf) - _PAD
+    heads = np.empty(int(counts.sum()), np.int64)
+    order = np.argsort(-counts, kind="stable")
+    left = counts[order]  # longest batch first: the batches still walking are a prefix
+    pos = starts[order]
+    first = (np.cumsum(counts) - counts)[order]  # where a batch's heads go
+    m, k = len(order), 0
+    while m >= _LOCKSTEP_MIN:
+        while m and left[m - 1] <= k:
+            m -= 1
+        if m < _LOCKSTEP_MIN:
+            break
+        p = pos[:m]
+        heads[first[:m] + k] = p
+        length, size, _bad = _varints(data, p)
+        step = p + size + np.minimum(np.maximum(length, -total), _LENGTH_CLIP)
+        pos[:m] = np.minimum(np.maximum(step, 0), total)
+        k += 1
+    tail = array("q")
+    for j in range(m):
+        if left[j] > k:
+            del tail[:]
+            pos[j] = _walk_records(buf, int(pos[j]), int(left[j]) - k, tail)
+            got = first[j] + k + len(tail)
+            heads[first[j] + k : got] = np.clip(np.frombuffer(tail, np.int64), 0, total)
+            heads[got : first[j] + left[j]] = 0  # the walk broke off (pos is -1)
+    done = np.empty(len(order), np.int64)
+    done[order] = pos
+    for j in np.flatnonzero(done != ends).tolist():
+        slow.add(walked[j])
+    return _Walk(heads, walked, counts, ends), slow
+
+
+def _walk_records(buf: bytearray, pos: int, count: int, heads: array[int]) -> int:
+    """Append where each of ``count`` records from ``pos`` begins; where the last one ends
+    (-1 when the walk runs off the buffer)."""
+    add = heads.append
+    try:
+        for _ in range(count):
+            add(pos)
+            b = buf[pos]
+            if b < 0x80:
+                pos += 1 + ((b >> 1) ^ -(b & 1))
+            else:
+                b2 = buf[pos + 1]
+                if b2 < 0x80:
+                    v = (b & 0x7F) | (b2 << 7)
+                    pos += 2 + ((v >> 1) ^ -(v & 1))
+                else:
+                    length, pos = read_varint(buf, pos)
+                    pos += length
+    except (IndexError, CorruptRecordError):
+        return -1
+    return pos
+
+
+def _varints(data: npt.NDArray[np.uint8], pos: I64) -> tuple[I64, I64, Mask]:
+    """The zigzag varints at ``pos``: (values, sizes in bytes, malformed), the way
+    ``log.records.read_varint`` reads them (at most 10 bytes, no overflow past 64 bits).
+    ``data`` must hold 10 bytes past every position."""
+    b = data[pos]
+    more = b >= 0x80
+    bad = np.zeros(len(pos), np.bool_)
+    if not more.any():  # one byte each: -64..63
+        raw = b.astype(np.int64)
+        return (raw >> 1) ^ -(raw & 1), np.ones(len(pos), np.int64), bad
+    b1 = data[pos + 1]
+    if not (more & (b1 >= 0x80)).any():  # one or two bytes: -8192..8191
+        raw = (b & 0x7F).astype(np.int64) | np.where(more, b1.astype(np.int64) << 7, 0)
+        return (raw >> 1) ^ -(raw & 1), 1 + more.astype(np.int64), bad
+    wide = (b & 0x7F).astype(np.uint64)
+    size = np.ones(len(pos), np.int64)
+    at = np.flatnonzero(more)
+    shift = 7
+    while at.size:
+        b = data[pos[at] + size[at]]
+        if shift == 63:
+            bad[at[(b >= 0x80) | (b > 1)]] = True
+        wide[at] |= (b & 0x7F).astype(np.uint64) << np.uint64(shift)
+        size[at] += 1
+        at = at[b >= 0x80]
+        if shift == 63:
+            break
+        shift += 7
+    values = ((wide >> np.uint64(1)) ^ (np.uint64(0) - (wide & np.uint64(1)))).view(np.int64)
+    return values, size, bad
+
+
+def _overflows(a: I64, b: I64, total: I64) -> Mask:
+    """Where ``a + b`` (computed as ``total``, wrapping) left the int64 range."""
+    result: Mask = ((a ^ total) & (b ^ total)) < 0
+    return result
+
+
+def _decode(
+    topic: str,
+    partition: int,
+    chunk: list[Batch],
+    rows: range,
+    data: npt.NDArray[np.uint8],
+    total: int,
+    buf: bytearray,
+    walk: _Walk,
+    slow: set[int],
+    start: int,
+    end: int,
+    include_headers: bool,
+) -> pa.RecordBatch | None:
+    """The rows of ``chunk[rows]``: ``walk`` holds the walked batches among them, ``slow``
+    those for ``decode_records``."""
+    schema = arrow_schema(include_headers)
+    heads, counts = walk.heads, walk.counts
+    batch_of = np.repeat(np.arange(len(walk.batch)), counts)  # index into walk.batch per record
+    n = len(heads)
+
+    length, prefix, bad = _varints(data, heads)
+    bad |= np.repeat(np.array([i in slow for i in walk.batch], np.bool_), counts)  # did not walk
+    bad |= length < 0
+    rec_start = heads + prefix
+    rec_end = rec_start + np.clip(length, 0, _LENGTH_CLIP)
+    # Each record ends where the next begins, the last where its batch's body ends.
+    follows = np.empty(n, np.int64)
+    follows[:-1] = heads[1:]
+    follows[np.cumsum(counts) - 1] = walk.ends
+    bad |= rec_end != follows
+    rec_end = np.minimum(rec_end, total)
+    pos = rec_start + 1  # record attributes, unused
+
+    def step(p: I64) -> I64:
+        bad[p > rec_end] = True
+        clipped: I64 = np.minimum(p, rec_end)
+        return clipped
+
+    def varint(p: I64) -> tuple[I64, I64]:
+        values, size, wrong = _varints(data, p)
+        bad[wrong] = True
+        return values, step(p + size)
+
+    pos = step(pos)
+    ts_delta, pos = varint(pos)
+    offset_delta, pos = varint(pos)
+    key_len, pos = varint(pos)
+    key_start = pos
+    pos = step(pos + np.clip(key_len, 0, _LENGTH_CLIP))
+    value_len, pos = varint(pos)
+    value_start = pos
+    pos = step(pos + np.clip(value_len, 0, _LENGTH_CLIP))
+    header_count, pos = varint(pos)
+    bad |= (header_count != 0) | (pos != rec_end)  # records with headers: the record path
+
+    headers = [chunk[i][0] for i in walk.batch]
+    base_offset = np.array([h.base_offset for h in headers], np.int64)[batch_of]
+    offsets = base_offset + offset_delta
+    bad |= _overflows(base_offset, offset_delta, offsets)
+    log_append_time = np.array([h.log_append_time for h in headers], np.bool_)[batch_of]
+    base_ts = np.array([h.base_timestamp for h in headers], np.int64)[batch_of]
+    timestamps = base_ts + ts_delta
+    bad |= _overflows(base_ts, ts_delta, timestamps) & ~log_append_time
+    max_ts = np.array([h.max_timestamp for h in headers], np.int64)[batch_of]
+    timestamps = np.where(log_append_time, max_ts, timestamps)
+
+    slow_batches = np.unique(batch_of[bad])
+    slow.update(walk.batch[j] for j in slow_batches.tolist())
+    fast = np.ones(n, np.bool_)
+    if slow_batches.size:
+        fast[np.isin(batch_of, slow_batches)] = False
+    straddles = np.array([h.base_offset < start or h.last_offset >= end for h in headers], np.bool_)[batch_of]
+    keep = fast & (~straddles | ((offsets >= start) & (offsets < end)))
+
+    arrays: list[pa.Array] | None = None
+    if fast.any():
+        data_buffer = pa.py_buffer(buf)
+        words = np.ndarray((len(buf) - 3,), np.uint32, buffer=buf, strides=(1,))
+        arrays = [
+            _binary(words, data_buffer, key_start, np.where(fast, key_len, -1)),
+            _binary(words, data_buffer, value_start, np.where(fast, value_len, -1)),
+            pa.array(offsets, pa.int64()),
+            pa.array(timestamps, pa.int64()),
+            pa.array(log_append_time.astype(np.int32), pa.int32()),
+        ]
+    if not slow:
+        assert arrays is not None or n == 0
+        if arrays is None:
+            return None
+        mask = None if keep.all() else pa.array(keep)
+        return _assemble(schema, topic, partition, arrays, mask, include_headers)
+    return _mixed(schema, topic, partition, chunk, rows, slow, walk, counts, arrays, keep, start, end, include_headers)
+
+
+def _binary(words: npt.NDArray[np.uint32], buffer: pa.Buffer, start: I64, length: I64) -> pa.Array:
+    """A binary array of ``buffer[start:start + length]`` per row, null where ``length`` < 0.
+
+    ``words[i]`` is the 4 bytes at byte ``i`` of ``buffer`` (overlapping, native order): a
+    view (16 bytes) holds the length, then up to 12 bytes inline (zero-padded), or for a longer
+    value its first 4 bytes, its buffer (0) and its offset."""
+    n = len(start)
+    valid = length >= 0
+    size = np.where(valid, length, 0)
+    views = np.empty((n, 4), np.uint32)
+    views[:, 0] = size
+    if n and size.min() > 12:  # all out of line (values of 13 bytes or more)
+        views[:, 1] = words[start]
+        views[:, 2] = 0
+        views[:, 3] = start
+        return _view_array(views, buffer, valid)
+    for w in range(3):
+        kept = np.clip(size - 4 * w, 0, 4).astype(np.uint64) * np.uint64(8)
+        mask = ((np.uint64(1) << kept) - np.uint64(1)).astype(np.uint32)
+        views[:, w + 1] = words[start + 4 * w] & mask
+    long = size > 12
+    views[long, 2] = 0
+    views[long, 3] = start[long]
+    return _view_array(views, buffer, valid)
+
+
+def _view_array(views: npt.NDArray[np.uint32], buffer: pa.Buffer, valid: Mask) -> pa.Array:
+    n = len(views)
+    null_count = n - int(np.count_nonzero(valid))
+    validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if null_count else None
+    array = pa.Array.from_buffers(
+        pa.binary_view(), n, [validity, pa.py_buffer(views), buffer], null_count=null_count
+    )
+    return array.cast(pa.binary())
+
+
+def _assemble(
+    schema: pa.Schema,
+    topic: str,
+    partition: int,
+    arrays: list[pa.Array],
+    mask: pa.Array | None,
+    include_headers: bool,
+) -> pa.RecordBatch:
+    """The Kafka-schema batch of (key, value, offset, timestamp ms, timestamp type) arrays."""
+    if mask is not None:
+        arrays = [a.filter(mask) for a in arrays]
+    key, value, offset, timestamp, kind = arrays
+    n = len(offset)
+    columns: list[pa.Array] = [
+        key,
+        value,
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        offset,
+        pc.multiply(timestamp, 1000).cast(pa.timestamp("us", tz="UTC")),
+        kind,
+    ]
+    if include_headers:
+        columns.append(no_headers(n))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _mixed(
+    schema: pa.Schema,
+    topic: str,
+    partition: int,
+    chunk: list[Batch],
+    rows: range,
+    slow: set[int],
+    walk: _Walk,
+    counts: npt.NDArray[np.int64],
+    arrays: list[pa.Array] | None,
+    keep: Mask,
+    start: int,
+    end: int,
+    include_headers: bool,
+) -> pa.RecordBatch | None:
+    """The chunk's rows in order when some of its batches go through ``decode_records``."""
+    first = dict(zip(walk.batch, (np.cumsum(counts) - counts).tolist(), strict=True))
+    pieces: list[pa.RecordBatch] = []
+    for i in rows:
+        header, data = chunk[i]
+        if i in slow:
+            records: list[Record] = decode_records(header, data)
+            if header.base_offset < start or header.last_offset >= end:
+                records = [r for r in records if start <= r.offset < end]
+            if records:
+                pieces.append(record_batch(schema, topic, partition, records, header.log_append_time, include_headers))
+        elif i in first:
+            assert arrays is not None
+            lo, n = first[i], chunk[i][0].records_count
+            sliced = [a.slice(lo, n) for a in arrays]
+            pieces.append(_assemble(schema, topic, partition, sliced, pa.array(keep[lo : lo + n]), include_headers))
+    pieces = [p for p in pieces if p.num_rows]
+    if not pieces:
+        return None
+    if len(pieces) == 1:
+        return pieces[0]
+    return pa.Table.from_batches(pieces, schema=schema).combine_chunks().to_batches()[0]
