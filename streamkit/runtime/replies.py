@@ -27,7 +27,13 @@ from typing import Any
 from streamkit._core.types import TopicPartition
 from streamkit.app import App
 from streamkit.replies import decode_response, reply_topic
-from streamkit.transport.base import READ_COMMITTED, READ_UNCOMMITTED, LogClient, PartitionReader, TransportError
+from streamkit.transport.base import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    LogClient,
+    PartitionReader,
+    TransportError,
+)
 
 logger = logging.getLogger(__name__)
 POLL_FIRST_S = 0.0005
