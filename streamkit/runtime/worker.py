@@ -458,13 +458,13 @@ class Worker:
         producer. If the group still assigns it here, open it again as on an assignment."""
         units = self.task_producers
         assert units is not None
-        await units.close(partition)
         # Tasks already stopping (their partitions are being revoked) are left to the revocation.
         tasks = [t for t in self.task_assignment.tasks.values() if t.partition == partition and not t.stopping]
+        await asyncio.gather(*(t.stop() for t in tasks))
+        await units.close(partition)
         if not tasks:
             return
         tps = {tp for t in tasks for tp in t.inboxes}
-        await asyncio.gather(*(t.stop() for t in tasks))
         for task in tasks:
             task.close()
             self.task_assignment.tasks.pop((task.agent.name, task.partition), None)
@@ -481,9 +481,13 @@ class Worker:
             logger.warning("task %d was lost to another worker: closed", partition)
             return
         logger.warning("task %d was lost: opening it again from its last commit", partition)
-        await self._open_tasks(kept)
         try:
+            await self._open_tasks(kept)
             await self.task_assignment.assign(kept)
+        except TransportError as exc:
+            # Its partitions would stay without a task (and paused): a restart does better.
+            logger.error("task %d could not be opened again, stopping: %s", partition, exc)
+            self.fail(exc)
         finally:
             consumer = self._consumer
             assert consumer is not None

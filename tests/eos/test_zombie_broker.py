@@ -26,6 +26,8 @@ from typing import Any
 
 import pytest
 
+from streamkit._core.types import TopicPartition
+from streamkit.transport.base import open_log_client
 from tests.eos.eos_log import changelog_table, committed, outputs, produce, reference
 
 HERE = Path(__file__).resolve().parent
@@ -34,6 +36,7 @@ KEYS = [f"k{i}" for i in range(200)]
 FIRST = 30_000
 SECOND = 5_000
 ALL_PARTITIONS = r"assigned events-0, events-1, events-2\b"
+ASSIGNED = re.compile(r"assigned ((?:events-\d+(?:, )?)+)")
 
 
 class _Worker:
@@ -54,6 +57,13 @@ class _Worker:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             self.lines.append(line)
+
+    def assigned(self) -> set[int]:
+        """The input partitions of the worker's last assignment (from its log)."""
+        found = [m for line in list(self.lines) if (m := ASSIGNED.search(line))]
+        if not found:
+            return set()
+        return {int(name.rsplit("-", 1)[1]) for name in found[-1].group(1).split(", ")}
 
     def count(self, pattern: str) -> int:
         return sum(1 for line in list(self.lines) if re.search(pattern, line))
@@ -81,6 +91,25 @@ class _Worker:
             self._reader.join(timeout=10)
 
 
+async def _open_transaction_on(url: str, partitions: set[int]) -> bool:
+    """Whether ``results`` holds records of an open transaction in one of ``partitions``: its
+    high watermark is past its last stable offset (what read_committed readers may see)."""
+    client = open_log_client(url)
+    await client.start()
+    uncommitted = client.reader(isolation_level="read_uncommitted")
+    committed_ = client.reader(isolation_level="read_committed")
+    try:
+        for p in sorted(partitions):
+            tp = TopicPartition("results", p)
+            if (await uncommitted.bounds(tp))[1] > (await committed_.bounds(tp))[1]:
+                return True
+        return False
+    finally:
+        await uncommitted.aclose()
+        await committed_.aclose()
+        await client.aclose()
+
+
 async def _until_committed(url: str, total: int, seed: int, timeout: float = 180) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -95,23 +124,31 @@ async def test_a_paused_worker_is_fenced_when_it_resumes(broker: Any, tmp_path: 
     rng = random.Random(seed)
     url = f"kafka://{broker.bootstrap}"
     env = {**os.environ, "EOS_COMMIT_S": "0.2", "EOS_PAUSE_EVERY": "3", "PYTHONPATH": str(HERE)}
+    # The one to pause commits every 2 s: it surely holds an open transaction when paused.
+    env_a = {**env, "EOS_COMMIT_S": "2.0"}
     first = [(rng.choice(KEYS), i) for i in range(FIRST)]
     second = [(rng.choice(KEYS), FIRST + i) for i in range(SECOND)]
     await produce(url, first)
-    a = _Worker(tmp_path, env, url, tmp_path / "state-a")
+    a = _Worker(tmp_path, env_a, url, tmp_path / "state-a")
     b = _Worker(tmp_path, env, url, tmp_path / "state-b")
     try:
-        await a.wait_for(r"assigned events-")
-        await b.wait_for(r"assigned events-")
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + 60
-        while await committed(url) < FIRST // 10:  # both run, mid-stream
-            assert loop.time() < deadline, f"seed {seed}: no progress"
+        deadline = loop.time() + 90
+        # Both run, each with its share of the partitions, and a holds an open transaction
+        # with outputs (paused, it cannot commit it: the check after the pause is sure).
+        while True:
+            assert loop.time() < deadline, f"seed {seed}: the workers did not share the work in time"
+            mine, theirs = a.assigned(), b.assigned()
+            shared = bool(mine and theirs and not mine & theirs and mine | theirs == {0, 1, 2})
+            if shared and await _open_transaction_on(url, mine):
+                a.proc.send_signal(signal.SIGSTOP)
+                if a.assigned() == mine and await _open_transaction_on(url, mine):
+                    break
+                a.proc.send_signal(signal.SIGCONT)
             await asyncio.sleep(0.05)
-        a.proc.send_signal(signal.SIGSTOP)
         assert await committed(url) < FIRST, f"seed {seed}: the pause came after the end"
         # Past the session timeout the group moves every partition to b, which goes on.
-        await b.wait_for(ALL_PARTITIONS, timeout=120)
+        await b.wait_for(ALL_PARTITIONS, times=b.count(ALL_PARTITIONS) + 1, timeout=120)
         await produce(url, second)
         await _until_committed(url, FIRST + SECOND, seed)
         a.proc.send_signal(signal.SIGCONT)
