@@ -341,7 +341,13 @@ class Worker:
                 if position is not None:
                     self._start_positions[tp] = position
         if self.task_producers is not None:
-            await self._open_tasks(assigned)
+            try:
+                await self._open_tasks(assigned)
+            except TransportError as exc:
+                # Without their producers the tasks could commit nothing: a restart does better.
+                logger.error("the tasks of %s could not be opened, stopping: %s", sorted(assigned), exc)
+                self.fail(exc)
+                return
         self.app.rebalancing = True
         try:
             await self.task_assignment.assign(assigned)
