@@ -176,5 +176,7 @@ async def test_a_paused_worker_is_fenced_when_it_resumes(broker: Any, tmp_path: 
     per_key: dict[str, list[int]] = {}
     for key, _ident, n in out:
         per_key.setdefault(key, []).append(n)
-    assert all(ns == list(range(1, len(ns) + 1)) for ns in per_key.values()), f"seed {seed}: counts skipped or repeated"
+    bad = [(key, [(i, n) for k, i, n in out if k == key]) for key, ns in per_key.items() if ns != list(range(1, len(ns) + 1))]
+    story = [line for w in (a, b) for line in w.lines if re.search(r"task \d|assigned|revoked|restor|fenced", line)]
+    assert not bad, f"seed {seed}: counts skipped or repeated, e.g. {bad[0]}\n" + "".join(story[-80:])
     assert await changelog_table(url) == reference(pairs), f"seed {seed}"
