@@ -3,7 +3,10 @@
 The app is ``table_bench.py``'s: ``async for word in stream: counts[word] += 1`` over a
 4-partition ``words`` topic (``--words`` distinct pseudo-words, each record's word picked by a
 fixed stride), a RocksDB table with its changelog, on the embedded log (``file://`` in a temp
-dir). Four variants, each on a fresh copy of the pre-loaded input and a fresh state dir:
+dir) or, with ``--transport broker``, through a ``streamkit broker`` subprocess (aiokafka:
+each task's transactional producer, ``runtime/transactions.py``). Four variants, each on a
+fresh copy of the pre-loaded input (on the broker: the one input topic, read by a fresh app id,
+so a fresh group, changelog and transactional ids) and a fresh state dir:
 ``at_least_once`` and ``exactly_once``, each with ``commit_interval`` 0.1 s and 1 s (the
 default). Under exactly-once every commit closes the sources' gate, waits for the tasks to
 finish their record, sends the changes to the changelog inside the transaction, commits the
@@ -17,6 +20,7 @@ the median is reported.
 
     python benchmarks/eos_bench.py                          # 300k records, 3 repeats
     python benchmarks/eos_bench.py --records 100000 --repeat 1
+    python benchmarks/eos_bench.py --transport broker --records 100000 --repeat 3
 
 Goal: exactly-once >= 70% of at-least-once's events/s at the default commit interval (1 s).
 """
@@ -33,7 +37,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine_bench import PARTITIONS, load_embedded, machine_note
+from engine_bench import PARTITIONS, Broker, Children, load_broker, load_embedded, machine_note
 from table_bench import Words, compare, processed
 
 import streamkit as sk
@@ -72,9 +76,9 @@ def counting_app(app_id: str, url: str, guarantee: str, interval_s: float) -> tu
 
 
 async def run(
-    data_dir: Path, state_dir: Path, guarantee: str, interval_s: float, n: int, expected: dict[bytes, int]
+    url: str, app_id: str, state_dir: Path, guarantee: str, interval_s: float, n: int, expected: dict[bytes, int]
 ) -> Result:
-    app, counts = counting_app("bench-eos", f"file://{data_dir}", guarantee, interval_s)
+    app, counts = counting_app(app_id, url, guarantee, interval_s)
     gc_default = gc.get_threshold()
     gc.set_threshold(700, 10, 100)  # what `streamkit worker` sets (cli/apps.py)
     worker = Worker(app, state_dir=str(state_dir))
@@ -106,31 +110,45 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=300_000)
     parser.add_argument("--words", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--transport", choices=("embedded", "broker"), default="embedded")
     args = parser.parse_args()
     n = args.records
     words = Words(args.words)
     expected = words.expected(n)
     print(machine_note())
     base = Path(tempfile.mkdtemp(prefix="eos-bench-"))
+    children = Children()
+    broker: Broker | None = None
     try:
         source = base / "input"
-        load_embedded(source, "words", n, words.of, words.of)
+        if args.transport == "broker":
+            broker = Broker(children, base / "broker")
+            asyncio.run(load_broker(broker.bootstrap, "words", n, words.of, words.of))
+        else:
+            load_embedded(source, "words", n, words.of, words.of)
         results: dict[tuple[str, float], list[Result]] = {}
         for repeat in range(args.repeat):
             for interval_s in INTERVALS_S:
                 for guarantee in GUARANTEES:
                     tag = f"{guarantee}-{interval_s}-{repeat}"
                     data_dir = base / tag
-                    shutil.copytree(source, data_dir)
-                    result = asyncio.run(run(data_dir, base / f"state-{tag}", guarantee, interval_s, n, expected))
+                    if broker is not None:
+                        url, app_id = broker.url, f"bench-eos-{tag.replace('.', '_')}"
+                    else:
+                        shutil.copytree(source, data_dir)
+                        url, app_id = f"file://{data_dir}", "bench-eos"
+                    result = asyncio.run(run(url, app_id, base / f"state-{tag}", guarantee, interval_s, n, expected))
+                    if broker is not None and (problem := broker.check_alive()):
+                        raise RuntimeError(problem)
                     shutil.rmtree(data_dir, ignore_errors=True)
                     shutil.rmtree(base / f"state-{tag}", ignore_errors=True)
                     results.setdefault((guarantee, interval_s), []).append(result)
                     print(f"  {guarantee:14} commit_interval {interval_s:>4} s: {result.rate(n):>10,.0f} ev/s "
                           f"({result.seconds:.2f} s, {result.commits} commits){'  ' + result.note if result.note else ''}")
     finally:
+        children.stop_all()
         shutil.rmtree(base, ignore_errors=True)
-    print(f"\n{n:,} records, {args.words:,} words, median of {args.repeat}")
+    print(f"\n{n:,} records, {args.words:,} words, {args.transport}, median of {args.repeat}")
     print("| commit interval | at-least-once | exactly-once | exactly-once / at-least-once |")
     print("|---|---|---|---|")
     for interval_s in INTERVALS_S:

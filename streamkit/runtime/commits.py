@@ -19,29 +19,41 @@ is committed, not even on stop: a restart redoes the work from the last commit. 
 group refuses (``TransportError`` from the consumer) is raised to the caller: the periodic
 loop logs it and tries again at the next interval.
 
-**Exactly-once** (``processing_guarantee="exactly_once"``). The producer is transactional:
-everything sent between two commits (outputs, changelog records, dead letters) is one
-transaction, invisible to read_committed consumers until it commits. A commit:
+**Exactly-once** (``processing_guarantee="exactly_once"``). Each task (partition number p
+of the inputs, and partition p of the tables) has its own transactional producer
+(``transactions.py``): everything a task sends between two commits (outputs, changelog
+records, dead letters, replies) is one transaction of that task, invisible to read_committed
+consumers until it commits. A commit:
 
 1. **quiesces**: it closes the sources' gate (``inbox.Gate``: no record is handed out) and
-   waits until no running task holds a record it has not finished, so what the transaction
-   holds is exactly the outputs of the records below the commit positions;
-2. **snapshots** the positions (every partition: one transaction covers them all) and sends
-   the tables' changes to their changelogs, in the transaction;
-3. **commits the transaction** with the positions as the group's offsets
-   (``TransactionalProducer.commit_transaction``): outputs, changelog records and offsets
-   become visible at once, or not at all;
-4. only then **stores** the changes (``store_changes``): a table's local state, and the
-   changelog offset it records, never run ahead of a committed transaction. Until then the
-   uncommitted writes live in the table partitions' write-back caches (``tables/partition.py``).
+   waits until no running task holds a record it has not finished, so what each transaction
+   holds is exactly the outputs of the records below its task's commit positions;
+2. per task, **snapshots** the positions of its input partitions and sends its tables'
+   changes to their changelogs, in its transaction;
+3. per task (all at once), **commits the transaction** with the positions as the group's
+   offsets (``TransactionalProducer.commit_transaction``): the task's outputs, changelog
+   records and offsets become visible at once, or not at all;
+4. only then **stores** the task's changes (``store_changes``): a table's local state, and
+   the changelog offset it records, never run ahead of a committed transaction. Until then
+   the uncommitted writes live in the table partitions' write-back caches
+   (``tables/partition.py``).
 
-A crash anywhere leaves the transaction open: the log aborts it when the worker comes back
-(``InitProducerId`` fences the old epoch), the stores hold the last committed state, and
-recovery replays only the committed changelog tail. A transaction the log refuses to commit
-(``TransactionAbortedError``, e.g. the producer was fenced) is aborted and the worker
-**rewinds** (``rewind``): the tables drop their uncommitted writes, the tasks restart from the
-last committed positions. A stop or revocation that finds a stopped task torn mid-record
-aborts instead of committing: the restart redoes that work.
+Sends outside any task and global tables' changes go through the worker's own transactional
+producer, committed in the same pass without offsets.
+
+A crash anywhere leaves transactions open: the log aborts each when the task's next owner
+opens its producer (``InitProducerId`` fences the old epoch), the stores hold the last
+committed state, and recovery replays only the committed changelog tail. A task's
+transaction the log refuses to commit (``TransactionAbortedError``: its producer was fenced
+by the task's new owner, or the transaction timed out) **loses** the task
+(``TaskControl.lose``): its coroutines stop, its tables' partitions close without their
+uncommitted writes, its producer closes without re-initializing (that would fence the new
+owner back). If the group still assigns the task here (a timeout, not a new owner), it is
+opened again as on an assignment: a new producer, positions from the group, tables restored
+from the committed changelog tail. A zombie thus never commits again and never crashes: its
+consumer learns it left the group and rejoins. A stop or revocation that finds a stopped task
+torn mid-record loses that task's transaction (aborted) instead of committing it: the next
+owner redoes that work.
 """
 
 from __future__ import annotations
@@ -50,13 +62,15 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from streamkit._core.types import TopicPartition
 from streamkit.runtime.inbox import Gate, Inbox
+from streamkit.runtime.transactions import TaskProducers
 from streamkit.transport.base import (
     Consumer,
     Producer,
+    ProducerFencedError,
     TransactionAbortedError,
     TransactionalProducer,
     TransportError,
@@ -69,8 +83,12 @@ QUIESCE_WARN_S = 10.0  # a task still holding a record after this long is logged
 class ChangelogWriter(Protocol):
     """What the commit protocol asks of the state (``state.py``'s ``StateManager``)."""
 
-    async def send_changes(self, producer: Producer) -> list[Any]:
-        """Send the changes since the last commit to their changelogs; what was sent."""
+    async def send_changes(
+        self, producer: Producer, *, partitions: set[int] | None = None, global_only: bool = False
+    ) -> list[Any]:
+        """Send the changes since the last commit to their changelogs; what was sent.
+        Exactly-once sends per transaction: a task's tables' ``partitions`` (not global),
+        or ``global_only`` the global tables' changes."""
         ...
 
     async def store_changes(self, outgoing: list[Any]) -> None:
@@ -85,16 +103,17 @@ class TaskControl(Protocol):
         """A running task holds a record it has not finished."""
         ...
 
-    def torn(self) -> bool:
-        """A stopped task left a record unfinished."""
+    def torn(self) -> set[int]:
+        """The partition numbers of stopped tasks that left a record unfinished."""
         ...
 
     def wake(self) -> None:
         """Wake the tasks' sources (the gate opened)."""
         ...
 
-    async def rewind(self, committed: dict[TopicPartition, int]) -> None:
-        """Drop the work since the last commit: tables' uncommitted writes, tasks' positions."""
+    async def lose(self, partition: int) -> None:
+        """Task ``partition``'s transaction did not commit: drop its work since the last
+        commit and close it; open it again if the group still assigns it here."""
         ...
 
 
@@ -119,8 +138,11 @@ class Committer:
         self.gate = Gate()
         self.group_id = ""
         self.tasks: TaskControl | None = None
+        self.task_producers: TaskProducers | None = None
+        self.default: TransactionalProducer | None = None
         self.aborts = 0
         self.rewinds = 0
+        self.transactions = 0  # committed, over every task's producer and the worker's
 
     def bind(self, producer: Producer, consumer: Consumer | None) -> None:
         self.producer = producer
@@ -131,9 +153,12 @@ class Committer:
         return self.tasks is not None
 
     @property
-    def transaction_open(self) -> bool:
-        producer = self.producer
-        return self.exactly_once and producer is not None and cast(TransactionalProducer, producer).transaction_open
+    def open_transactions(self) -> int:
+        """Transactions holding records or offsets not committed yet."""
+        if not self.exactly_once:
+            return 0
+        producers = [*(self.task_producers.producers.values() if self.task_producers else ()), self.default]
+        return sum(1 for p in producers if p is not None and p.transaction_open)
 
     def snapshot(self, only: set[TopicPartition] | None = None) -> dict[TopicPartition, int]:
         """The commit positions that moved since the last commit (step 1)."""
@@ -156,7 +181,7 @@ class Committer:
             if self.consumer is None or self.producer is None:
                 return {}
             if self.tasks is not None:
-                return await self._commit_transaction(cast(TransactionalProducer, self.producer), self.tasks)
+                return await self._commit_transactions(self.tasks)
             positions = self.snapshot(only)
             outgoing = await self._state.send_changes(self.producer)
             if not positions and not outgoing:
@@ -173,47 +198,94 @@ class Committer:
             self.commits += 1
             return positions
 
-    async def _commit_transaction(self, producer: TransactionalProducer, tasks: TaskControl) -> dict[TopicPartition, int]:
+    async def _commit_transactions(self, tasks: TaskControl) -> dict[TopicPartition, int]:
+        units = self.task_producers
+        default = self.default
+        assert units is not None and default is not None
         self.gate.closed = True
         try:
             await _quiesce(tasks)
-            if tasks.torn():
+            torn = tasks.torn()
+            for partition in sorted(torn):
                 # A stopped task (its partitions revoked) left a record half processed: its
-                # outputs must not commit, so nothing in the transaction does; the tasks that
-                # go on start again from the last commit.
-                logger.warning("a stopped task left a record unfinished: aborting the open transaction")
-                await producer.abort_transaction()
+                # outputs must not commit, so nothing of its transaction does.
+                logger.warning("task %d stopped with a record unfinished: aborting its transaction", partition)
                 self.aborts += 1
-                await tasks.rewind(dict(self.committed))
-                self.rewinds += 1
-                return {}
-            positions = self.snapshot()
-            outgoing = await self._state.send_changes(producer)
-            try:
-                await producer.commit_transaction(positions, self.group_id)
-            except TransactionAbortedError as exc:
-                self.aborts += 1
-                logger.warning("the transaction was aborted (%s): rewinding to the last commit", exc)
-                await producer.abort_transaction()
-                await tasks.rewind(dict(self.committed))
-                self.rewinds += 1
-                return {}
-            except TransportError as exc:
-                logger.error("the transaction could not commit, stopping: %s", exc)
-                self._on_failure(exc)
-                raise
-            try:
-                await self._state.store_changes(outgoing)
-            except TransportError as exc:
-                self._on_failure(exc)  # committed, not stored: a restart replays the changelog tail
-                raise
-            if positions or outgoing:
+                await units.close(partition)
+            by_task: dict[int, set[TopicPartition]] = {}
+            for tp in self._inboxes:
+                by_task.setdefault(tp.partition, set()).add(tp)
+            pending = {p: producer for p, producer in units.producers.items() if p not in torn}
+            results = await asyncio.gather(
+                *(self._commit_task(p, producer, by_task.get(p, set())) for p, producer in sorted(pending.items()))
+            )
+            lost = sorted(torn | {p for p, positions in zip(sorted(pending), results, strict=True) if positions is None})
+            committed: dict[TopicPartition, int] = {}
+            for positions in results:
+                committed.update(positions or {})
+            await self._commit_default(default)
+            if committed:
                 self.commits += 1
-            self.committed.update(positions)
-            return positions
+            for partition in lost:
+                await tasks.lose(partition)
+                self.rewinds += 1
+            return committed
         finally:
             self.gate.closed = False
             tasks.wake()
+
+    async def _commit_task(
+        self, partition: int, producer: TransactionalProducer, tps: set[TopicPartition]
+    ) -> dict[TopicPartition, int] | None:
+        """Commit task ``partition``'s transaction with its positions; None when it did not
+        commit (the task is lost)."""
+        positions = self.snapshot(tps)
+        outgoing = await self._state.send_changes(producer, partitions={partition})
+        touched = producer.transaction_open
+        try:
+            await producer.commit_transaction(positions, self.group_id)
+        except TransactionAbortedError as exc:
+            self.aborts += 1
+            if isinstance(exc, ProducerFencedError):
+                logger.warning(
+                    "task %d was fenced (a newer owner took its transactional id): dropping its work since the "
+                    "last commit: %s", partition, exc,
+                )
+            else:
+                logger.warning("task %d: its transaction was aborted, dropping its work since the last commit: %s", partition, exc)
+            return None
+        except TransportError as exc:
+            logger.error("task %d: the transaction could not commit, stopping: %s", partition, exc)
+            self._on_failure(exc)
+            raise
+        if touched or positions:
+            self.transactions += 1
+        try:
+            await self._state.store_changes(outgoing)
+        except TransportError as exc:
+            self._on_failure(exc)  # committed, not stored: a restart replays the changelog tail
+            raise
+        self.committed.update(positions)
+        return positions
+
+    async def _commit_default(self, producer: TransactionalProducer) -> None:
+        """The worker's own transaction: sends outside any task, global tables' changes."""
+        outgoing = await self._state.send_changes(producer, global_only=True)
+        touched = producer.transaction_open
+        try:
+            await producer.commit_transaction({}, self.group_id)
+        except TransactionAbortedError as exc:
+            self.aborts += 1
+            logger.warning("the worker's own transaction was aborted, its records are lost: %s", exc)
+            await producer.abort_transaction()
+            return
+        except TransportError as exc:
+            logger.error("the worker's transaction could not commit, stopping: %s", exc)
+            self._on_failure(exc)
+            raise
+        if touched:
+            self.transactions += 1
+        await self._state.store_changes(outgoing)
 
     def forget(self, tps: set[TopicPartition]) -> None:
         """``tps`` left this worker: their last commit is another member's business now."""

@@ -11,6 +11,11 @@ next promise sets. While promises wait and the topic has nothing new, it looks a
 ``POLL_FIRST_S``, doubling up to ``POLL_MAX_S`` (a Kafka fetch waits on the broker meanwhile;
 the embedded log answers at once), and from ``POLL_FIRST_S`` again after a reply or a new
 request: a reply is seen within a few milliseconds of being written.
+
+Under exactly-once (``app.exactly_once``) replies are written in the answering task's
+transaction, so they are read committed: a reply of a transaction that aborts (its task was
+fenced or lost, and the request is processed again) never resolves a promise; the reply of
+the run that commits does.
 """
 
 from __future__ import annotations
@@ -22,7 +27,13 @@ from typing import Any
 from streamkit._core.types import TopicPartition
 from streamkit.app import App
 from streamkit.replies import decode_response, reply_topic
-from streamkit.transport.base import LogClient, PartitionReader, TransportError
+from streamkit.transport.base import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    LogClient,
+    PartitionReader,
+    TransportError,
+)
 
 logger = logging.getLogger(__name__)
 POLL_FIRST_S = 0.0005
@@ -63,7 +74,9 @@ class ReplyConsumer:
         topic = reply_topic(self.app, reply_to)
         await self._client.ensure_topic(topic.name, 1, topic.config)
         if self._reader is None:
-            self._reader = self._client.reader()
+            self._reader = self._client.reader(
+                isolation_level=READ_COMMITTED if self.app.exactly_once else READ_UNCOMMITTED
+            )
         _start, high_watermark = await self._reader.bounds(TopicPartition(reply_to, 0))
         return high_watermark
 

@@ -254,12 +254,20 @@ class StateManager:
 
     # -- commits ---------------------------------------------------------------------------
 
-    async def send_changes(self, producer: Producer) -> list[_Outgoing]:
-        """Send every table partition's changes since the last call to its changelog."""
+    async def send_changes(
+        self, producer: Producer, *, partitions: set[int] | None = None, global_only: bool = False
+    ) -> list[_Outgoing]:
+        """Send every table partition's changes since the last call to its changelog; only
+        of ``partitions`` of the tables that are not global (a task's, under exactly-once),
+        or with ``global_only`` only of the global tables."""
         out: list[_Outgoing] = []
         for table in self.tables:
+            if (global_only and not table.is_global) or (partitions is not None and table.is_global):
+                continue
             topic = table.changelog_topic.name
             for p in table.held_partitions:
+                if partitions is not None and p not in partitions:
+                    continue
                 state = table.partition_state(p)
                 if state is None or not state.dirty:
                     continue

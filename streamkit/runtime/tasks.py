@@ -34,6 +34,7 @@ from streamkit.agents import Agent
 from streamkit.channels import ChannelSource
 from streamkit.replies import reply_address
 from streamkit.runtime.inbox import Inbox, RootSource, current_event
+from streamkit.runtime.transactions import in_task
 from streamkit.streams import KeyFn, PartitionSet, Source, Stream, StreamEnd
 from streamkit.topics import Topic
 from streamkit.transport.base import ConsumerRecord
@@ -96,7 +97,10 @@ class PartitionTask:
             self._spawn(self._supervise(i), f"{self.agent.name}[{self.partition}]#{i}")
 
     def _spawn(self, coro: Awaitable[None], name: str) -> None:
-        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        # Exactly-once: what the coroutine sends goes into this task's transaction.
+        task: asyncio.Task[None] = asyncio.ensure_future(
+            in_task(functools.partial(self.worker.task_producer, self.partition), coro)
+        )
         task.set_name(name)
         self._tasks.add(task)
         task.add_done_callback(self._done)

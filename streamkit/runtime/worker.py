@@ -11,7 +11,8 @@ letters and introspection; the parts live beside it:
 * ``assignment.py``: which partition tasks exist for which partitions, creating, stopping and
   closing them on a rebalance;
 * ``commits.py``: the commit protocol (snapshot positions, flush the producer, commit; the
-  failure rule; exactly-once: one transaction per commit interval, rewind on an abort);
+  failure rule; exactly-once: per task one transaction per commit interval, a task lost on
+  an abort: ``transactions.py``);
 * ``tasks.py``: one agent over one partition number, and its supervisor;
 * ``outputs.py``: where yielded values go (the sinks);
 * ``replies.py``: the reply consumer of agent RPC (``agent.ask``), on ``app.replies``.
@@ -48,6 +49,7 @@ from streamkit.runtime.state import StateManager
 from streamkit.runtime.tasks import ChannelTask, PartitionTask
 from streamkit.runtime.timers import TimerRunner
 from streamkit.runtime.topology import Topology
+from streamkit.runtime.transactions import RoutingProducer, TaskProducers
 from streamkit.services import Service, instantiate
 from streamkit.topics import Topic
 from streamkit.transport.base import (
@@ -100,10 +102,10 @@ class _TablesFollowPartitions:
 
 
 def _transactional_id(app: App, state_dir: str) -> str:
-    """One transactional id per worker: the app, the host and the worker's state directory
-    (two live workers never share one: RocksDB locks it). A worker restarted on its state directory
-    takes the same id, which fences the instance it replaces (its open transaction is
-    aborted at once), as a restarted Kafka Streams instance does."""
+    """The transactional id of the worker's own producer (sends outside any task, global
+    tables; each task has its own, ``transactions.py``): the app, the host and the worker's
+    state directory (two live workers never share one: RocksDB locks it). A worker restarted
+    on its state directory takes the same id, which aborts what its predecessor left open."""
     digest = hashlib.sha1(f"{socket.gethostname()}:{os.path.abspath(state_dir)}".encode()).hexdigest()[:12]
     return f"{app.id}-eos-{digest}"
 
@@ -123,15 +125,15 @@ class _TaskControl:
     def busy(self) -> bool:
         return any(t.busy for t in self._worker.tasks.values())
 
-    def torn(self) -> bool:
-        return any(t.torn for t in self._worker.tasks.values())
+    def torn(self) -> set[int]:
+        return {t.partition for t in self._worker.tasks.values() if t.torn}
 
     def wake(self) -> None:
         for task in self._worker.tasks.values():
             task.wakeup.set()
 
-    async def rewind(self, committed: dict[TopicPartition, int]) -> None:
-        await self._worker.rewind(committed)
+    async def lose(self, partition: int) -> None:
+        await self._worker.lose_task(partition)
 
 
 class Worker:
@@ -178,6 +180,9 @@ class Worker:
             if app.exactly_once
             else None
         )
+        self.task_producers = (
+            TaskProducers(self.client, app.id, _transaction_timeout_ms(app)) if app.exactly_once else None
+        )
         self._start_positions: dict[TopicPartition, int] = {}
         self.topology = Topology(app, self.client, self.state_manager)
         self._producer: Producer | None = None
@@ -212,9 +217,11 @@ class Worker:
         self._started = True
         self.app._run_began()
         producer: Producer
-        if self._transactional is not None:
-            producer = self._transactional
+        if self._transactional is not None and self.task_producers is not None:
+            producer = RoutingProducer(self._transactional, self.task_producers)
             self.committer.tasks = _TaskControl(self)
+            self.committer.task_producers = self.task_producers
+            self.committer.default = self._transactional
             self.committer.group_id = self.app.id
         else:
             producer = self.client.producer()
@@ -329,15 +336,25 @@ class Worker:
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         if self._consumer is not None:
-            for tp in assigned:  # where a rewind goes back to before the first commit
+            for tp in assigned:  # where a lost task goes back to before the first commit
                 position = self._consumer.position(tp)
                 if position is not None:
                     self._start_positions[tp] = position
+        if self.task_producers is not None:
+            try:
+                await self._open_tasks(assigned)
+            except TransportError as exc:
+                # Without their producers the tasks could commit nothing: a restart does better.
+                logger.error("the tasks of %s could not be opened, stopping: %s", sorted(assigned), exc)
+                self.fail(exc)
+                return
         self.app.rebalancing = True
         try:
             await self.task_assignment.assign(assigned)
         finally:
             self.app.rebalancing = False
+            if self.task_producers is not None and self._consumer is not None:
+                self._consumer.resume(sorted(assigned))
         logger.info("assigned %s", ", ".join(str(tp) for tp in sorted(assigned)) or "nothing")
         await self.app.on_partitions_assigned.send(self.app, assigned=set(assigned))
         await self.app.on_rebalance_complete.send(self.app)
@@ -347,7 +364,14 @@ class Worker:
         if held:  # a stop revokes what is still held, then the consumer's close may again
             self.app.rebalancing = True
             await self.app.on_partitions_revoked.send(self.app, revoked=held)
-        doomed = await self.task_assignment.revoke(revoked, self.commit)
+        try:
+            doomed = await self.task_assignment.revoke(revoked, self.commit)
+        finally:
+            if self.task_producers is not None:
+                # A task gone from here closes its producer (aborting what it did not commit).
+                running = {tp.partition for tp in self.task_assignment.partitions()}
+                for partition in sorted(set(self.task_producers.producers) - running):
+                    await self.task_producers.close(partition)
         if not doomed:
             return
         self.committer.forget({tp for t in doomed for tp in t.inboxes if tp not in self.task_assignment.inboxes})
@@ -406,13 +430,47 @@ class Worker:
         self.stats.commits += self.committer.commits - before
         return positions
 
-    async def rewind(self, committed: dict[TopicPartition, int]) -> None:
-        """Exactly-once, after an aborted transaction: restart every task from the last
-        committed positions, the tables without their uncommitted writes (``commits.py``)."""
+    def task_producer(self, partition: int) -> Producer | None:
+        """Exactly-once: the transactional producer of task ``partition`` (``transactions.py``)."""
+        return self.task_producers.get(partition) if self.task_producers is not None else None
+
+    async def _open_tasks(self, tps: set[TopicPartition]) -> None:
+        """Exactly-once, before the tasks of ``tps`` are created: start the producers of the
+        tasks new here (fencing their previous owners and ending their transactions), then
+        take the tasks' input positions from the group, which only those ids commit now.
+        ``tps`` stay paused until the caller resumes them after creating their inboxes: a
+        record fetched before would find no inbox and be skipped."""
+        units = self.task_producers
+        consumer = self._consumer
+        assert units is not None and consumer is not None
+        consumer.pause(sorted(tps))
+        partitions = sorted({tp.partition for tp in tps})
+        opened = await asyncio.gather(*(units.open(p) for p in partitions))
+        fresh = {p for p, new in zip(partitions, opened, strict=True) if new}
+        positions: dict[TopicPartition, int] = {}
+        for tp in sorted(tp for tp in tps if tp.partition in fresh):
+            position = await consumer.committed(tp)
+            if position is None:
+                position = self._start_positions.get(tp)
+            if position is not None:
+                positions[tp] = position
+        for tp, position in positions.items():  # no await from here to the tasks' inboxes
+            consumer.seek(tp, position)
+
+    async def lose_task(self, partition: int) -> None:
+        """Exactly-once, after task ``partition``'s transaction did not commit (fenced by its
+        new owner, or timed out): stop its coroutines, close its tables' partitions (their
+        uncommitted writes go; another owner may have moved their changelogs) and its
+        producer. If the group still assigns it here, open it again as on an assignment."""
+        units = self.task_producers
+        assert units is not None
         # Tasks already stopping (their partitions are being revoked) are left to the revocation.
-        tasks = [t for t in self.task_assignment.tasks.values() if not t.stopping]
-        tps = {tp for t in tasks for tp in t.inboxes}
+        tasks = [t for t in self.task_assignment.tasks.values() if t.partition == partition and not t.stopping]
         await asyncio.gather(*(t.stop() for t in tasks))
+        await units.close(partition)
+        if not tasks:
+            return
+        tps = {tp for t in tasks for tp in t.inboxes}
         for task in tasks:
             task.close()
             self.task_assignment.tasks.pop((task.agent.name, task.partition), None)
@@ -422,27 +480,32 @@ class Worker:
                     inboxes.remove(inbox)
                 if not inboxes:
                     self.task_assignment.inboxes.pop(tp, None)
-        self.state_manager.discard_uncommitted()
-        consumer = self._consumer
-        assert consumer is not None
-        for tp in sorted(tps):
-            position = committed.get(tp)
-            if position is None:
-                position = await consumer.committed(tp)
-            if position is None:
-                position = self._start_positions.get(tp)
-            if position is not None:
-                consumer.seek(tp, position)
-        logger.warning("rewound %d input partitions to their last commit", len(tps))
-        await self.task_assignment.assign(tps)
+        self.committer.forget(tps)
+        await self.state_manager.revoke({partition})
+        kept = tps & self.assignment()
+        if not kept:
+            logger.warning("task %d was lost to another worker: closed", partition)
+            return
+        logger.warning("task %d was lost: opening it again from its last commit", partition)
+        try:
+            await self._open_tasks(kept)
+            await self.task_assignment.assign(kept)
+        except TransportError as exc:
+            # Its partitions would stay without a task (and paused): a restart does better.
+            logger.error("task %d could not be opened again, stopping: %s", partition, exc)
+            self.fail(exc)
+        finally:
+            consumer = self._consumer
+            assert consumer is not None
+            consumer.resume(sorted(kept))
 
     def guarantee_status(self) -> dict[str, Any]:
         """The processing guarantee and, under exactly-once, its transactions (``/status``)."""
         out: dict[str, Any] = {"processing_guarantee": self.app.processing_guarantee}
         if self.committer.exactly_once:
             out["transactions"] = {
-                "open": 1 if self.committer.transaction_open else 0,
-                "committed": getattr(self._producer, "commits", 0),
+                "open": self.committer.open_transactions,
+                "committed": self.committer.transactions,
                 "aborted": self.committer.aborts,
                 "rewinds": self.committer.rewinds,
             }

@@ -15,12 +15,11 @@ other every retry backoff, forever. The price: a consumer that offers only other
 
 Exactly-once: ``KafkaTransactionalProducer`` is aiokafka's transactional producer behind the
 same batching (``send_batch`` of transactional batches), with offsets sent to the transaction.
-Fencing is by transactional id (one per worker, ``runtime/worker.py``): a worker restarted on
-its state directory fences the instance it replaces. aiokafka's TxnOffsetCommit (v0) carries
-no group generation, so a live zombie that lost its partitions (a worker paused past its
-session timeout, still running) is not fenced by the group as KIP-447 does: its next commit
-can still succeed. A dead worker's open transaction is aborted by its replacement's
-InitProducerId (same state directory) or by the transaction timeout.
+aiokafka's TxnOffsetCommit (v0) carries no group generation, so the group cannot fence a
+zombie (KIP-447); fencing is by transactional id instead: the runtime keeps one id per task
+(``runtime/transactions.py``, Kafka Streams' EOS-alpha), so a task's new owner's
+InitProducerId fences the previous owner, alive or not. A fenced send or commit raises
+``ProducerFencedError``.
 """
 
 from __future__ import annotations
@@ -370,7 +369,7 @@ class KafkaProducer:
                 except Exception as exc:
                     # Whatever refuses this batch fails its records (flush and their acks
                     # report it); it must not stop the hand-over of the batches behind it.
-                    self._fail(batch, TransportError(f"send to {tp[0]}-{tp[1]} failed: {exc!r}"))
+                    self._fail(batch, _send_error(tp, exc))
                     continue
                 delivery.add_done_callback(functools.partial(self._delivered, batch, tp))
         finally:
@@ -387,7 +386,7 @@ class KafkaProducer:
             return
         exc = delivery.exception()
         if exc is not None:
-            self._fail(batch, TransportError(f"send to {tp[0]}-{tp[1]} failed: {exc}"))
+            self._fail(batch, _send_error(tp, exc))
         else:
             batch.future.set_result(delivery.result().offset)
 
@@ -407,6 +406,13 @@ class KafkaProducer:
         if self._failures:
             failures, self._failures = self._failures, []
             raise TransportError(f"{len(failures)} batch(es) failed, first: {failures[0]}") from failures[0]
+
+
+def _send_error(tp: tuple[str, int], exc: BaseException) -> TransportError:
+    """The error of a batch aiokafka refused or failed to deliver; a fence says so."""
+    if isinstance(exc, ProducerFenced):
+        return ProducerFencedError(f"send to {tp[0]}-{tp[1]} refused, the producer was fenced: {exc}")
+    return TransportError(f"send to {tp[0]}-{tp[1]} failed: {exc!r}")
 
 
 class KafkaTransactionalProducer(KafkaProducer):
@@ -470,6 +476,8 @@ class KafkaTransactionalProducer(KafkaProducer):
             # A batch the transaction lost (the producer fenced, or the transaction timed
             # out): aiokafka's transaction state is broken, abort_transaction replaces it.
             self._fenced = True
+            if isinstance(exc.__cause__, ProducerFencedError):
+                raise ProducerFencedError(f"a send of the transaction was fenced: {exc.__cause__}") from exc
             raise TransactionAbortedError(f"a send of the transaction failed: {exc}") from exc
         if not self._touched and not offsets:
             return

@@ -382,6 +382,7 @@ class KafkaTools:
         consumer = await self._fetch_consumer()
         tp = KafkaTP(topic, partition)
         self._move_to(consumer, tp, offset)
+        asked_ms = int(time.time() * 1000)
         deadline = time.monotonic() + (timeout_ms or self.request_timeout_ms) / 1000
         where = f"cannot fetch from {topic}-{partition}"
         while True:
@@ -397,7 +398,7 @@ class KafkaTools:
             records = [
                 FetchedRecord(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in got.get(tp, ())
             ]
-            high_watermark = self._fresh_high_watermark(consumer, tp)
+            high_watermark = self._fresh_high_watermark(consumer, tp, asked_ms)
             if records or (high_watermark is not None and position >= high_watermark):
                 return FetchResult(records, position, max(position, high_watermark or 0))
             if time.monotonic() >= deadline:
@@ -416,18 +417,22 @@ class KafkaTools:
             self._positions[tp] = offset
             self._sought_ms[tp] = int(time.time() * 1000)
 
-    def _fresh_high_watermark(self, consumer: AIOKafkaConsumer, tp: KafkaTP) -> int | None:
-        """The high watermark of a fetch answered after the last seek of ``tp``, else None.
+    def _fresh_high_watermark(self, consumer: AIOKafkaConsumer, tp: KafkaTP, asked_ms: int) -> int | None:
+        """The high watermark of a fetch answered after the last seek of ``tp`` and after
+        this ``fetch`` began (``asked_ms``), else None.
 
         The consumer drops answers to fetches from an old position, so an answer timed after
-        the seek is for the position fetch() asked for.
+        the seek is for the position fetch() asked for. It keeps fetching assigned partitions
+        between calls, though, and no seek happens when a read goes on where the last one
+        ended: an answer from before this call may hold an old end (a last stable offset
+        below a transaction that committed since), and a restore would stop there.
         """
         polled_ms = consumer.last_poll_timestamp(tp)
         if self.isolation_level == "read_committed":
             high_watermark = consumer.last_stable_offset(tp)  # where committed reading ends
         else:
             high_watermark = consumer.highwater(tp)
-        if polled_ms is None or high_watermark is None or polled_ms <= self._sought_ms[tp]:
+        if polled_ms is None or high_watermark is None or polled_ms <= max(self._sought_ms[tp], asked_ms):
             return None
         return int(high_watermark)
 

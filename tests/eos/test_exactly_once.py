@@ -1,6 +1,6 @@
 """Exactly-once on the embedded log, in one process: outputs, changelog records and offsets
-commit together, read_committed readers see each input's output once, a fenced producer makes
-the worker rewind to its last commit instead of failing."""
+commit together, read_committed readers see each input's output once, a task whose producer
+is fenced goes back to its last commit instead of failing the worker."""
 
 from __future__ import annotations
 
@@ -80,10 +80,11 @@ async def test_a_fenced_producer_rewinds_to_the_last_commit_and_goes_on(app_env:
     worker = Worker(eos_app.app, client=client, state_dir=str(tmp_path / "state"))
     async with worker:
         await _until(lambda: sum(worker.committed.values()) >= len(first))
-        # A zombie's successor takes the transactional id: the running producer is fenced.
+        # A zombie's successor takes task 0's transactional id: its running producer is fenced.
         coordinator = await client.transaction_coordinator()
-        transactional_id = worker.committer.producer.transactional_id  # type: ignore[union-attr]
-        await coordinator.init_producer_id(transactional_id, 60_000)
+        assert worker.task_producers is not None
+        fenced = worker.task_producers.producers[0]
+        await coordinator.init_producer_id(fenced.transactional_id, 60_000)
         producer = client.producer()
         await producer.start()
         from streamkit._core.partitioner import partition_for_key
@@ -96,6 +97,9 @@ async def test_a_fenced_producer_rewinds_to_the_last_commit_and_goes_on(app_env:
         status = worker.guarantee_status()["transactions"]
         assert status["aborted"] >= 1 and status["rewinds"] >= 1
         assert worker.state == "running"
+        # The task was opened again with a new producer; the other tasks kept theirs.
+        assert worker.task_producers.producers[0] is not fenced
+        assert sorted(worker.task_producers.producers) == [0, 1, 2]
         table = {k: eos_app.counts[k] for k in set(KEYS)}
     _check_exact(await outputs(app_env, "read_committed"), first + second)
     assert {k: v for k, v in table.items() if v} == reference(first + second)
