@@ -11,8 +11,9 @@ last commit to its changelog, *before* the worker flushes its producer; after th
 ``store_changes`` writes them to the stores, each in one batch with the changelog offset it
 reaches. A crash in between leaves the changelog ahead of the store, never behind: recovery
 replays the difference. Under exactly-once the changelogs are read committed, so a restore
-never applies what an aborted transaction wrote, and ``discard_uncommitted`` drops the
-writes of a transaction that aborted while the worker runs on.
+never applies what an aborted transaction wrote; a task whose transaction aborted while the
+worker runs on is lost (``Worker.lose_task``): its partitions are revoked, dropping their
+uncommitted writes, and reopened from the committed store and changelog.
 
 State directory: ``<state_dir>/<table>/<partition>/`` per RocksDB table partition.
 """
@@ -287,17 +288,6 @@ class StateManager:
             changes = [(key, value) for key, value, _ts in item.changes]
             await asyncio.to_thread(item.state.store.apply, changes, offset)
             item.state.stored(item.changes)
-
-    def discard_uncommitted(self) -> None:
-        """Exactly-once, after an aborted transaction: every held partition forgets the writes
-        its store does not hold (they were never committed); reads go to the store again."""
-        for table in self.tables:
-            if table.is_global:
-                continue
-            for p in table.held_partitions:
-                state = table.partition_state(p)
-                if state is not None:
-                    state.discard_uncommitted()
 
     async def aclose(self) -> None:
         tailer, self._tailer = self._tailer, None
