@@ -88,8 +88,9 @@ from streamkit.dsl import (
     runner,
     stage_names,
 )
-from streamkit.log.records import NewRecord, Record
-from streamkit.spark.logs import open_source_log
+from streamkit.log.records import NewRecord
+from streamkit.spark.columns import batch_lists, column_batches
+from streamkit.spark.logs import FileLog, open_source_log
 from streamkit.spark.options import OffsetRange, split_range
 from streamkit.spark.source import FORMAT, register
 from streamkit.windows.aggregate import WindowAggregator
@@ -323,8 +324,9 @@ def import_root(app_ref: str) -> str | None:
 Placed = tuple[int, int, int, int, Any, Any]
 
 
-# (source partition, its records in offset order): a chunk of source records as the log reads it
-SourceChunk = tuple[int, list[Record]]
+# A chunk of source records as the log reads it, in offset order: (source partition, their
+# keys, values, offsets, timestamps ms), one list per field (no object per record).
+SourceChunk = tuple[int, list[bytes | None], list[bytes | None], list[int], list[int]]
 
 
 class _Uncounted:
@@ -339,15 +341,24 @@ def _read_source(
 ) -> Iterator[SourceChunk]:
     """The records of offset ``ranges``, read on the executor through the data source's own
     log readers (segment files, CRC-checked, or a broker): without the round trip through
-    Spark's rows a DataFrame would make."""
+    Spark's rows a DataFrame would make. Segment files are decoded column by column
+    (``spark.columns``: no ``Record`` per record); nothing downstream needs a record's
+    headers."""
     log = open_source_log(path, bootstrap, topic)
     n = 0
     try:
         for rng in ranges:
             p = rng.partition
+            if isinstance(log, FileLog):
+                batches = log.batches(p, rng.start, rng.end)
+                for batch in column_batches(topic, p, batches, rng.start, rng.end, include_headers=False):
+                    n += batch.num_rows
+                    yield (p, *batch_lists(batch))
+                continue
             for _log_append_time, records in log.read(p, rng.start, rng.end):
                 n += len(records)
-                yield p, records
+                yield (p, [r.key for r in records], [r.value for r in records], [r.offset for r in records],
+                       [r.timestamp for r in records])
     finally:
         log.close()
         counter.add(n)
@@ -366,11 +377,10 @@ def _place(plan: _Plan, chunks: Iterator[SourceChunk]) -> Iterator[Placed]:
     seen: dict[tuple[type, Any], tuple[Any, int]] = {}
     # A key the grouping replaces before any function saw it needs no decoding.
     unused_key = run_before is None and regroup is not None
-    for source_partition, records in chunks:
-        for record in records:
-            timestamp, offset = record.timestamp, record.offset
-            key = None if unused_key else key_loads(record.key)
-            value = value_loads(record.value)
+    for source_partition, raw_keys, raw_values, offsets, timestamps in chunks:
+        for raw_key, raw_value, offset, timestamp in zip(raw_keys, raw_values, offsets, timestamps, strict=True):
+            key = None if unused_key else key_loads(raw_key)
+            value = value_loads(raw_value)
             for k, v in ((key, value),) if run_before is None else run_before(key, value):
                 if group is not None:
                     if regroup is not None:
@@ -486,17 +496,17 @@ def _counts(plan: _Plan, chunks: Iterator[SourceChunk]) -> Iterator[tuple[tuple[
     others: list[tuple[Any, int]] = []
     if parts.group is None:  # the source's keys, per source partition, as their bytes
         value_loads = parts.value_loads
-        for source_partition, records in chunks:
-            for record in records:
-                value_loads(record.value)  # a value that does not decode fails here, as in the worker
-                where = (source_partition, record.key)
+        for source_partition, raw_keys, raw_values, _offsets, timestamps in chunks:
+            for raw_key, raw_value, ts in zip(raw_keys, raw_values, timestamps, strict=True):
+                value_loads(raw_value)  # a value that does not decode fails here, as in the worker
+                where = (source_partition, raw_key)
                 held = tally.get(where)
                 if held is None:
-                    tally[where] = [1, record.timestamp]
+                    tally[where] = [1, ts]
                 else:
                     held[0] += 1
-                    if record.timestamp > held[1]:
-                        held[1] = record.timestamp
+                    if ts > held[1]:
+                        held[1] = ts
         key_loads = parts.key_loads
         out: dict[tuple[int, bytes], list[int]] = {}
         for (source_partition, raw), (n, ts) in tally.items():
@@ -507,11 +517,10 @@ def _counts(plan: _Plan, chunks: Iterator[SourceChunk]) -> Iterator[tuple[tuple[
     regroup, run_before, key_loads = parts.group.fn, parts.before, parts.key_loads
     value_loads = parts.value_loads
     decode_keys = run_before is not None or regroup is None
-    for _source_partition, records in chunks:
-        for record in records:
-            ts = record.timestamp
-            value = value_loads(record.value)
-            key = key_loads(record.key) if decode_keys else None
+    for _source_partition, raw_keys, raw_values, _offsets, timestamps in chunks:
+        for raw_key, raw_value, ts in zip(raw_keys, raw_values, timestamps, strict=True):
+            value = value_loads(raw_value)
+            key = key_loads(raw_key) if decode_keys else None
             for k, v in ((key, value),) if run_before is None else run_before(key, value):
                 if regroup is not None:
                     k = regroup(v)
@@ -1013,15 +1022,17 @@ def _keys(spark: Any, app: App, topic: str) -> set[tuple[int, bytes | None]]:
         return set()
     if sum(r.end - r.start for r in ranges) <= DRIVER_SCAN:
         held: dict[tuple[int, bytes | None], bool] = {}
-        for p, records in _read_source(options.get("path"), options.get("bootstrap"), topic, _Uncounted(), iter(ranges)):
-            for record in records:
-                held[(p, record.key)] = record.value is not None  # offset order: the last one wins
+        for p, keys, values, _offsets, _timestamps in _read_source(
+            options.get("path"), options.get("bootstrap"), topic, _Uncounted(), iter(ranges)
+        ):
+            for key, value in zip(keys, values, strict=True):
+                held[(p, key)] = value is not None  # offset order: the last one wins
         return {where for where, present in held.items() if present}
     counter = spark.sparkContext.accumulator(0)
     read = functools.partial(_read_source, options.get("path"), options.get("bootstrap"), topic, counter)
     last = (
         spark.sparkContext.parallelize(ranges, len(ranges)).mapPartitions(read)
-        .flatMap(lambda chunk: [((chunk[0], r.key), (r.offset, r.value is not None)) for r in chunk[1]])
+        .flatMap(lambda chunk: [((chunk[0], k), (o, v is not None)) for k, v, o in zip(chunk[1], chunk[2], chunk[3], strict=True)])
         .reduceByKey(max)
     )
     return {where for where, (_offset, held) in last.collect() if held}

@@ -103,6 +103,17 @@ def column_batches(
         yield from _group_batches(topic, partition, group, start, end, include_headers, value_column, batch_records)
 
 
+def batch_lists(batch: pa.RecordBatch) -> tuple[list[bytes | None], list[bytes | None], list[int], list[int]]:
+    """A Kafka-schema batch's (keys, values, offsets, timestamps in ms) as Python lists."""
+    ms = batch.column("timestamp").cast(pa.int64()).to_numpy() // 1000
+    return (
+        batch.column("key").to_numpy(zero_copy_only=False).tolist(),
+        batch.column("value").to_numpy(zero_copy_only=False).tolist(),
+        batch.column("offset").to_numpy().tolist(),
+        ms.tolist(),
+    )
+
+
 def _group_batches(
     topic: str,
     partition: int,

@@ -251,3 +251,32 @@ def test_a_record_longer_than_its_fields_is_the_record_paths_error(tmp_path: Pat
     expected, got = _both(tmp_path, 0, end_offset, include_headers=False, value_column=None, batch_records=32_768)
     assert expected == (expected[0], "record length does not match its fields")
     assert got == expected
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    specs=st.lists(log_batches(), min_size=1, max_size=6),
+    cut=st.tuples(st.floats(0, 1), st.floats(0, 1)),
+)
+def test_the_backfill_reads_segment_files_as_the_record_path_does(
+    specs: list[dict[str, Any]], cut: tuple[float, float]
+) -> None:
+    """The backfill's source chunks (``backfill._read_source``: columns, then Python lists)
+    hold each record's key, value, offset and timestamp in ms as ``FileLog.read``'s records
+    (headers, LogAppendTime, negative timestamps, ranges that cut batches)."""
+    from streamkit.spark.backfill import _read_source, _Uncounted
+    from streamkit.spark.options import OffsetRange
+
+    with tempfile.TemporaryDirectory() as tmp:
+        data_dir = Path(tmp)
+        end_offset = _write(data_dir, [_encode(s) for s in specs])
+        lo, hi = sorted(int(c * (end_offset + 1)) for c in cut)
+        for start, end in ((0, end_offset), (lo, min(hi, end_offset))):
+            expected = [
+                (r.key, r.value, r.offset, r.timestamp)
+                for _t, records in FileLog(str(data_dir), TOPIC).read(0, start, end) for r in records
+            ]
+            chunks = list(_read_source(str(data_dir), None, TOPIC, _Uncounted(), iter([OffsetRange(0, start, end)])))
+            got = [row for p, *fields in chunks for row in zip(*fields, strict=True) if p == 0]
+            assert all(p == 0 for p, *_ in chunks)
+            assert got == expected
