@@ -293,6 +293,10 @@ class WindowJoin:
         """The heap of stored records by time, from the store (its unstored writes included)."""
         by_time = [(decode_ms(data_key[-16:-8]), data_key) for data_key, _ in self.store.range(_DATA, _BY_TIME)]
         heapq.heapify(by_time)
+        if by_time:
+            # A restored store may hold records the last expiry step left (below the bound the
+            # progress implies): expiry then counts its step from the oldest one.
+            self._expired_below = min(self._expired_below, by_time[0][0])
         for old_index_key, _ in list(self.store.range(_BY_TIME, _UNPAIRED)):  # an earlier layout's
             self.store.delete(old_index_key)
         self._by_time = by_time

@@ -25,7 +25,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from streamkit.tables.partition import SortedPartition, WindowStoreView
@@ -234,6 +234,11 @@ def test_each_join_commit_sends_what_per_record_progress_writes_send(
     how=st.sampled_from(["inner", "left", "outer"]),
     records=join_records_st,
     cuts=st.tuples(st.integers(0, 120), st.integers(0, 120)),
+)
+@example(  # the restored store holds records the last expiry step left: expiry counts from them
+    how="inner",
+    records=[("left", b"a", BASE)] * 6 + [("left", b"a", BASE + t) for t in (378, 1878, 2502, 3126)],
+    cuts=(9, 0),
 )
 def test_a_join_killed_between_commits_resumes_with_the_models_answers(
     how: str, records: list[tuple[Any, bytes, int]], cuts: tuple[int, int]
