@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 
 from streamkit._core.partitioner import partition_for_key
 from streamkit._core.types import TopicPartition
@@ -67,6 +68,21 @@ async def committed(url: str) -> int:
         await client.aclose()
 
 
+
+
+def check_exactly_once(
+    out: list[tuple[str, int, int]], pairs: list[tuple[str, int]], seed: int
+) -> list[tuple[str, list[tuple[int, int]]]]:
+    """Assert that every input has exactly one committed output; return the keys whose counts
+    are not 1, 2, ... n in output order, each with its (input id, count) outputs."""
+    ids = Counter(ident for _key, ident, _n in out)
+    assert set(ids) == {ident for _key, ident in pairs}, f"seed {seed}: lost outputs"
+    twice = [i for i, n in ids.items() if n > 1]
+    assert not twice, f"seed {seed}: {len(twice)} inputs have more than one committed output"
+    per_key: dict[str, list[tuple[int, int]]] = {}
+    for key, ident, n in out:
+        per_key.setdefault(key, []).append((ident, n))
+    return [(key, seen) for key, seen in per_key.items() if [n for _i, n in seen] != list(range(1, len(seen) + 1))]
 
 
 def reference(pairs: list[tuple[str, int]]) -> dict[str, int]:

@@ -13,13 +13,19 @@ import random
 import signal
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.eos.eos_log import changelog_table, committed, outputs, produce, reference
+from tests.eos.eos_log import (
+    changelog_table,
+    check_exactly_once,
+    committed,
+    outputs,
+    produce,
+    reference,
+)
 from tests.worker_process import wait_for_line
 
 HERE = Path(__file__).resolve().parent
@@ -88,12 +94,6 @@ async def test_two_workers_one_killed_and_replaced_no_duplicate_no_loss(broker: 
                 proc.kill()
                 proc.wait()
     out = await outputs(url, "read_committed")
-    ids = Counter(ident for _key, ident, _n in out)
-    assert set(ids) == {ident for _key, ident in pairs}, f"seed {seed}: lost outputs"
-    twice = [i for i, n in ids.items() if n > 1]
-    assert not twice, f"seed {seed}: {len(twice)} inputs have more than one committed output"
-    per_key: dict[str, list[int]] = {}
-    for key, _ident, n in out:
-        per_key.setdefault(key, []).append(n)
-    assert all(ns == list(range(1, len(ns) + 1)) for ns in per_key.values()), f"seed {seed}: counts skipped or repeated"
+    bad = check_exactly_once(out, pairs, seed)
+    assert not bad, f"seed {seed}: counts skipped or repeated, e.g. {bad[0]}"
     assert await changelog_table(url) == reference(pairs), f"seed {seed}"

@@ -20,7 +20,6 @@ import signal
 import subprocess
 import sys
 import threading
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,14 @@ import pytest
 
 from streamkit._core.types import TopicPartition
 from streamkit.transport.base import open_log_client
-from tests.eos.eos_log import changelog_table, committed, outputs, produce, reference
+from tests.eos.eos_log import (
+    changelog_table,
+    check_exactly_once,
+    committed,
+    outputs,
+    produce,
+    reference,
+)
 
 HERE = Path(__file__).resolve().parent
 STREAMKIT = str(Path(sys.executable).parent / "streamkit")
@@ -169,14 +175,7 @@ async def test_a_paused_worker_is_fenced_when_it_resumes(broker: Any, tmp_path: 
                 w.proc.wait()
     pairs = first + second + third
     out = await outputs(url, "read_committed")
-    ids = Counter(ident for _key, ident, _n in out)
-    assert set(ids) == {ident for _key, ident in pairs}, f"seed {seed}: lost outputs"
-    twice = [i for i, n in ids.items() if n > 1]
-    assert not twice, f"seed {seed}: {len(twice)} inputs have more than one committed output"
-    per_key: dict[str, list[int]] = {}
-    for key, _ident, n in out:
-        per_key.setdefault(key, []).append(n)
-    bad = [(key, [(i, n) for k, i, n in out if k == key]) for key, ns in per_key.items() if ns != list(range(1, len(ns) + 1))]
+    bad = check_exactly_once(out, pairs, seed)
     story = [line for w in (a, b) for line in w.lines if re.search(r"task \d|assigned|revoked|restor|fenced", line)]
     assert not bad, f"seed {seed}: counts skipped or repeated, e.g. {bad[0]}\n" + "".join(story[-80:])
     assert await changelog_table(url) == reference(pairs), f"seed {seed}"
