@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import importlib
 import logging
 import signal
 import sys
 import time
-import traceback
 from typing import Any
 
 import click
 
 from streamkit._core.clock import SYSTEM_CLOCK
+from streamkit._core.errors import ConfigError
+from streamkit._core.refs import import_ref
 from streamkit._core.serde import SerdeError
 from streamkit.app import App
 from streamkit.cli.common import info
@@ -34,39 +34,13 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 def load_app(ref: str) -> App:
     """The ``App`` named by ``module:attribute``."""
-    module_name, sep, attr = ref.partition(":")
-    if not sep or not module_name or not attr:
-        raise click.BadParameter(f"expected MODULE:ATTRIBUTE, got {ref!r}", param_hint="-A/--app")
-    if "" not in sys.path:
-        sys.path.insert(0, "")
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise click.BadParameter(f"cannot import {module_name!r}: {exc}", param_hint="-A/--app") from exc
-    except SyntaxError as exc:  # IndentationError included
-        where = f"{exc.filename}, line {exc.lineno}" if exc.filename else "its source"
-        raise click.BadParameter(
-            f"cannot import {module_name!r}: {exc.msg} ({where})", param_hint="-A/--app"
-        ) from exc
-    except Exception as exc:
-        # The module itself raised while it ran: name the line of its code that did.
-        raise click.BadParameter(
-            f"cannot import {module_name!r}: {type(exc).__name__}: {exc} ({_raised_at(exc)})",
-            param_hint="-A/--app",
-        ) from exc
-    app = getattr(module, attr, None)
+        app = import_ref(ref)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="-A/--app") from exc
     if not isinstance(app, App):
-        found = "nothing" if app is None else type(app).__name__
-        raise click.BadParameter(f"{ref!r} is {found}, not a streamkit App", param_hint="-A/--app")
+        raise click.BadParameter(f"{ref!r} is {type(app).__name__}, not a streamkit App", param_hint="-A/--app")
     return app
-
-
-def _raised_at(exc: BaseException) -> str:
-    """``FILE, line N`` of the innermost frame of ``exc`` outside Python's import machinery."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<frozen ")]
-    if not frames:
-        return "while importing"
-    return f"{frames[-1].filename}, line {frames[-1].lineno}"
 
 
 app_option = click.option("-A", "--app", "app_ref", required=True, metavar="MODULE:APP", help="The app to use.")

@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import functools
 import heapq
-import importlib
 import os
 import sys
 import time
@@ -70,6 +69,7 @@ from urllib.parse import urlparse
 
 from streamkit._core.errors import ConfigError
 from streamkit._core.partitioner import partition_for_key
+from streamkit._core.refs import import_ref
 from streamkit._core.serde import Serde, serde_for
 from streamkit.app import App
 from streamkit.dsl import (
@@ -299,10 +299,7 @@ def _parts(plan: _Plan) -> _Parts:
 
 def load_app(app_ref: str, root: str | None) -> App:
     """The ``App`` named ``module:attribute``, importing from ``root`` first when given."""
-    module_name, _, attr = app_ref.partition(":")
-    if root and root not in sys.path:
-        sys.path.insert(0, root)
-    app = getattr(importlib.import_module(module_name), attr, None)
+    app = import_ref(app_ref, root=root or None)
     if not isinstance(app, App):
         raise ConfigError(f"{app_ref!r} is not a streamkit App")
     return app
@@ -1051,18 +1048,7 @@ def _write(rows: Any, app: App, topic: str) -> None:
 
 def load_job(job_ref: str) -> Callable[[Any, Any], Any]:
     """The function ``module:function``, or a clear error."""
-    module_name, sep, attr = job_ref.partition(":")
-    if not sep or not module_name or not attr:
-        raise ConfigError(f"--job wants module:function, not {job_ref!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"cannot import the job's module {module_name!r}: {exc}") from None
-    fn = getattr(module, attr, None)
-    if fn is None:
-        raise ConfigError(f"module {module_name!r} has no function {attr!r}")
+    fn = import_ref(job_ref, noun="function", root=os.getcwd())
     if not callable(fn):
         raise ConfigError(f"{job_ref!r} is not a function")
     return fn  # type: ignore[no-any-return]

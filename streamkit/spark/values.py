@@ -17,8 +17,6 @@ silently dropped row.
 from __future__ import annotations
 
 import datetime
-import importlib
-import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +24,7 @@ import msgspec
 import pyarrow as pa
 
 from streamkit._core.errors import ConfigError
+from streamkit._core.refs import import_ref
 from streamkit._core.serde import Serde, SerdeError, serde_for
 
 
@@ -48,20 +47,10 @@ class ValueDecoder:
 
 
 def _load(ref: str, option: str) -> Any:
-    module_name, sep, attr = ref.partition(":")
-    if not sep or not module_name or not attr:
-        raise ConfigError(f"option {option} must be MODULE:NAME, not {ref!r}")
-    if "" not in sys.path:
-        sys.path.insert(0, "")
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"option {option}: cannot import {module_name!r}: {exc}") from exc
-    found = getattr(module, attr, None)
-    if found is None:
-        raise ConfigError(f"option {option}: module {module_name!r} has no {attr!r}")
-    return found
-
+        return import_ref(ref)
+    except ConfigError as exc:
+        raise ConfigError(f"option {option}: {exc}") from exc
 
 def value_decoder(app_ref: str | None, type_ref: str | None, topic: str) -> ValueDecoder | None:
     """The decoder the options name, or None (values stay bytes)."""
