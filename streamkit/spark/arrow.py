@@ -7,7 +7,9 @@ source names and types them::
     timestamp timestamp, timestampType int, headers array<struct<key: string, value: binary>>
 
 ``timestampType`` is 0 for CreateTime and 1 for LogAppendTime, as in Kafka. ``headers`` is
-left out when the ``includeHeaders`` option is false. With a value decoder (see
+null for a record without headers (as in Spark's Kafka source) and left out when the
+``includeHeaders`` option is false. The columns that always have a value (``topic`` to
+``timestampType``) are declared not nullable, so Spark's row conversion skips their null checks. With a value decoder (see
 ``values.py``) ``value`` is a struct of the decoded record's fields instead of bytes.
 """
 
@@ -40,11 +42,11 @@ def arrow_schema(include_headers: bool, value_type: pa.DataType | None = None) -
     fields = [
         pa.field("key", pa.binary()),
         pa.field("value", pa.binary() if value_type is None else value_type),
-        pa.field("topic", pa.string()),
-        pa.field("partition", pa.int32()),
-        pa.field("offset", pa.int64()),
-        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-        pa.field("timestampType", pa.int32()),
+        pa.field("topic", pa.string(), nullable=False),
+        pa.field("partition", pa.int32(), nullable=False),
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("timestampType", pa.int32(), nullable=False),
     ]
     if include_headers:
         fields.append(pa.field("headers", HEADERS_TYPE))
@@ -129,14 +131,13 @@ def _headers(records: Sequence[Record]) -> pa.Array:
     if not any(r.headers for r in records):
         return no_headers(len(records))
     return pa.array(
-        [[{"key": k, "value": v} for k, v in r.headers] for r in records], HEADERS_TYPE
+        [[{"key": k, "value": v} for k, v in r.headers] if r.headers else None for r in records], HEADERS_TYPE
     )
 
 
 def no_headers(n: int) -> pa.Array:
-    """A headers column of ``n`` empty lists."""
-    offsets = pa.repeat(pa.scalar(0, pa.int32()), n + 1)
-    return pa.ListArray.from_arrays(offsets, pa.array([], HEADER_TYPE), type=HEADERS_TYPE)
+    """A headers column of ``n`` records without headers: null, as Spark's Kafka source gives."""
+    return pa.nulls(n, HEADERS_TYPE)
 
 
 def column(batch: pa.RecordBatch, name: str) -> list[Any] | None:

@@ -57,9 +57,9 @@ Batch = tuple[BatchHeader, bytes]
 I64 = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
 
-# Zero bytes after the last body: a varint (<= 10 bytes) or an inline view (12 bytes) read at a
-# body's end stays inside the buffer.
-_PAD = 16
+# Zero bytes after the last body: the reads of a malformed last record (three varints of up
+# to 10 bytes past its end, then an inline view of 12 bytes) stay inside the buffer.
+_PAD = 64
 # Arrow's views address their data buffer with int32 offsets.
 _MAX_BUFFER = (1 << 31) - 1 - _PAD
 # The smallest record: seven one-byte fields (as in log.records).
@@ -71,6 +71,27 @@ _LENGTH_CLIP = 1 << 40
 _LOCKSTEP_MIN = 64
 # Output batches' worth of records whose lengths are walked together.
 _WALK_GROUP = 4
+
+
+def _pair_tables() -> tuple[I64, npt.NDArray[np.int8], I64]:
+    """The zigzag varint that starts with the two bytes ``b0 | b1 << 8``, for every pair:
+    (its value, its size in bytes or 0 when it is longer than two bytes, and the step over a
+    record whose length prefix it is: size + length, or ``_NO_STEP`` when the size is 0 or the
+    length negative). Nearly every varint of a record (lengths below 8 KiB, deltas below 8,192)
+    is one or two bytes long, so one lookup per varint replaces the byte-by-byte decoding."""
+    pair = np.arange(1 << 16, dtype=np.int64)
+    b0, b1 = pair & 0xFF, pair >> 8
+    one = b0 < 0x80
+    raw = np.where(one, b0, (b0 & 0x7F) | (b1 << 7))
+    values: I64 = (raw >> 1) ^ -(raw & 1)
+    sizes = np.where(one, 1, np.where(b1 < 0x80, 2, 0)).astype(np.int8)
+    steps: I64 = np.where((sizes > 0) & (values >= 0), sizes + values, _NO_STEP)
+    return values, sizes, steps
+
+
+# A step no record takes: the walk decodes such a prefix byte by byte.
+_NO_STEP = -(1 << 20)
+_PAIR_VALUE, _PAIR_SIZE, _PAIR_STEP = _pair_tables()
 
 
 def column_batches(
@@ -144,8 +165,8 @@ def _group_batches(
     for body, at, length in zip(bodies, where, sizes, strict=True):
         if body is not None:
             buf[at : at + length] = body
-    data = np.frombuffer(buf, np.uint8)
-    walk, slow = _walk(buf, data, group, where, sizes)
+    raw = _Raw.over(buf)
+    walk, slow = _walk(buf, raw, group, where, sizes)
     first = np.concatenate((np.cumsum(walk.counts) - walk.counts, [len(walk.heads)]))
     begin = records = 0
     for i, (header, _data) in enumerate(group):
@@ -156,7 +177,7 @@ def _group_batches(
         lo, hi = np.searchsorted(walk.batch, [begin, i + 1]).tolist()
         part = _Walk(walk.heads[first[lo] : first[hi]], walk.batch[lo:hi], walk.counts[lo:hi], walk.ends[lo:hi])
         rows = range(begin, i + 1)
-        out = _decode(topic, partition, group, rows, data, total, buf, part, {j for j in slow if j in rows}, start, end, include_headers)
+        out = _decode(topic, partition, group, rows, raw, total, buf, part, {j for j in slow if j in rows}, start, end, include_headers)
         begin, records = i + 1, 0
         if out is None or out.num_rows == 0:
             continue
@@ -194,7 +215,7 @@ class _Walk:
 
 
 def _walk(
-    buf: bytearray, data: npt.NDArray[np.uint8], chunk: Sequence[Batch], where: Sequence[int], sizes: Sequence[int]
+    buf: bytearray, raw: _Raw, chunk: Sequence[Batch], where: Sequence[int], sizes: Sequence[int]
 ) -> tuple[_Walk, set[int]]:
     """Find where every record begins from the length prefixes; (the walk, the batches to
     decode with decode_records).
@@ -229,9 +250,14 @@ def _walk(
             break
         p = pos[:m]
         heads[first[:m] + k] = p
-        length, size, _bad = _varints(data, p)
-        step = p + size + np.minimum(np.maximum(length, -total), _LENGTH_CLIP)
-        pos[:m] = np.minimum(np.maximum(step, 0), total)
+        step = _PAIR_STEP[raw.pairs[p]]
+        if step.min() > _NO_STEP:  # every prefix one or two bytes, no length negative
+            step += p
+        else:
+            length, size, _bad = _varints(raw, p)
+            step = p + size + np.minimum(np.maximum(length, -total), _LENGTH_CLIP)
+            np.maximum(step, 0, out=step)  # np.clip costs several times more per call
+        np.minimum(step, total, out=pos[:m])
         k += 1
     tail = array("q")
     for j in range(m):
@@ -271,20 +297,31 @@ def _walk_records(buf: bytearray, pos: int, count: int, heads: array[int]) -> in
     return pos
 
 
-def _varints(data: npt.NDArray[np.uint8], pos: I64) -> tuple[I64, I64, Mask]:
-    """The zigzag varints at ``pos``: (values, sizes in bytes, malformed), the way
-    ``log.records.read_varint`` reads them (at most 10 bytes, no overflow past 64 bits).
-    ``data`` must hold 10 bytes past every position."""
+@dataclass
+class _Raw:
+    """The joined bodies as bytes (``data``) and as the overlapping little-endian pairs of
+    bytes starting at each position (``pairs``)."""
+
+    data: npt.NDArray[np.uint8]
+    pairs: npt.NDArray[np.uint16]
+
+    @classmethod
+    def over(cls, buf: bytearray) -> _Raw:
+        return cls(np.frombuffer(buf, np.uint8), np.ndarray((len(buf) - 1,), "<u2", buffer=buf, strides=(1,)))
+
+
+def _varints(raw: _Raw, pos: I64) -> tuple[I64, npt.NDArray[np.integer], Mask | None]:
+    """The zigzag varints at ``pos``: (values, sizes in bytes, malformed or None when none
+    is), the way ``log.records.read_varint`` reads them (at most 10 bytes, no overflow past 64
+    bits). The buffer must hold 10 bytes past every position."""
+    pair = raw.pairs[pos]
+    size = _PAIR_SIZE[pair]
+    if size.all():  # one or two bytes each (-8192..8191): looked up
+        return _PAIR_VALUE[pair], size, None
+    data = raw.data
     b = data[pos]
     more = b >= 0x80
     bad = np.zeros(len(pos), np.bool_)
-    if not more.any():  # one byte each: -64..63
-        raw = b.astype(np.int64)
-        return (raw >> 1) ^ -(raw & 1), np.ones(len(pos), np.int64), bad
-    b1 = data[pos + 1]
-    if not (more & (b1 >= 0x80)).any():  # one or two bytes: -8192..8191
-        raw = (b & 0x7F).astype(np.int64) | np.where(more, b1.astype(np.int64) << 7, 0)
-        return (raw >> 1) ^ -(raw & 1), 1 + more.astype(np.int64), bad
     wide = (b & 0x7F).astype(np.uint64)
     size = np.ones(len(pos), np.int64)
     at = np.flatnonzero(more)
@@ -314,7 +351,7 @@ def _decode(
     partition: int,
     chunk: list[Batch],
     rows: range,
-    data: npt.NDArray[np.uint8],
+    raw: _Raw,
     total: int,
     buf: bytearray,
     walk: _Walk,
@@ -330,7 +367,8 @@ def _decode(
     batch_of = np.repeat(np.arange(len(walk.batch)), counts)  # index into walk.batch per record
     n = len(heads)
 
-    length, prefix, bad = _varints(data, heads)
+    length, prefix, wrong = _varints(raw, heads)
+    bad = np.zeros(n, np.bool_) if wrong is None else wrong
     bad |= np.repeat(np.array([i in slow for i in walk.batch], np.bool_), counts)  # did not walk
     bad |= length < 0
     rec_start = heads + prefix
@@ -342,26 +380,24 @@ def _decode(
     bad |= rec_end != follows
     rec_end = np.minimum(rec_end, total)
     pos = rec_start + 1  # record attributes, unused
-
-    def step(p: I64) -> I64:
-        bad[p > rec_end] = True
-        clipped: I64 = np.minimum(p, rec_end)
-        return clipped
+    # A field that runs past its record's end is found at the end: positions only grow, so
+    # the last one then lies past the end. Only the skips over a key and a value are capped
+    # (at the record's end), which keeps every read within the buffer's padding.
 
     def varint(p: I64) -> tuple[I64, I64]:
-        values, size, wrong = _varints(data, p)
-        bad[wrong] = True
-        return values, step(p + size)
+        values, size, wrong = _varints(raw, p)
+        if wrong is not None:
+            bad[wrong] = True
+        return values, p + size
 
-    pos = step(pos)
     ts_delta, pos = varint(pos)
     offset_delta, pos = varint(pos)
     key_len, pos = varint(pos)
     key_start = pos
-    pos = step(pos + np.clip(key_len, 0, _LENGTH_CLIP))
+    pos = np.minimum(pos + np.clip(key_len, 0, _LENGTH_CLIP), rec_end)
     value_len, pos = varint(pos)
     value_start = pos
-    pos = step(pos + np.clip(value_len, 0, _LENGTH_CLIP))
+    pos = np.minimum(pos + np.clip(value_len, 0, _LENGTH_CLIP), rec_end)
     header_count, pos = varint(pos)
     bad |= (header_count != 0) | (pos != rec_end)  # records with headers: the record path
 

@@ -124,7 +124,7 @@ def as_tuples(rows: list[Any]) -> list[tuple[Any, ...]]:
             r.offset,
             None if r.key is None else bytes(r.key),
             None if r.value is None else bytes(r.value),
-            [(h.key, None if h.value is None else bytes(h.value)) for h in r.headers],
+            [(h.key, None if h.value is None else bytes(h.value)) for h in r.headers or []],
         )
         for r in rows
     ]

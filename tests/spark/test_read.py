@@ -37,6 +37,12 @@ def test_multi_partition_topic_reads_exactly_the_log(spark: Any, tmp_path: Path)
     assert stamps == {(p, r.offset): r.timestamp for p, recs in truth.items() for r in recs}
     assert {r.topic for r in rows} == {"orders"}
     assert {r.timestampType for r in rows} == {0}
+    # As Spark's Kafka source: null headers for a record without any (every other one here).
+    assert {r.headers is None for r in rows} == {True, False}
+    held = {(p, rec.offset): rec for p, recs in truth.items() for rec in recs}
+    assert all((r.headers is None) == (not held[r.partition, r.offset].headers) for r in rows)
+    # Only key, value and headers can be null: the rest are declared not nullable.
+    assert [f.name for f in df.schema.fields if f.nullable] == ["key", "value", "headers"]
 
 
 def test_large_partitions_split_by_offset_ranges(spark: Any, tmp_path: Path) -> None:
