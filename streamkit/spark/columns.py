@@ -250,7 +250,7 @@ def _walk(
             break
         p = pos[:m]
         heads[first[:m] + k] = p
-        step = _PAIR_STEP[raw.pairs[p]]
+        step = _PAIR_STEP.take(raw.pairs[p])  # take: indexing with uint16 would convert them first
         if step.min() > _NO_STEP:  # every prefix one or two bytes, no length negative
             step += p
         else:
@@ -315,9 +315,9 @@ def _varints(raw: _Raw, pos: I64) -> tuple[I64, npt.NDArray[np.integer], Mask | 
     is), the way ``log.records.read_varint`` reads them (at most 10 bytes, no overflow past 64
     bits). The buffer must hold 10 bytes past every position."""
     pair = raw.pairs[pos]
-    size = _PAIR_SIZE[pair]
+    size = _PAIR_SIZE.take(pair)  # take: indexing with uint16 would convert them first
     if size.all():  # one or two bytes each (-8192..8191): looked up
-        return _PAIR_VALUE[pair], size, None
+        return _PAIR_VALUE.take(pair), size, None
     data = raw.data
     b = data[pos]
     more = b >= 0x80
