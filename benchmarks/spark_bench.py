@@ -70,7 +70,7 @@ from streamkit.log.manager import LogManager
 from streamkit.log.records import NewRecord
 from streamkit.spark.arrow import record_batches
 from streamkit.spark.columns import column_batches
-from streamkit.spark.logs import FileLog
+from streamkit.spark.logs import FileLog, read_records
 
 TS0 = 1_700_000_000_000
 BATCH = 1_000
@@ -110,7 +110,7 @@ def build(data_dir: Path, parquet_dir: Path, records: int, partitions: int, valu
     for p in range(partitions):
         source = FileLog(str(data_dir), "bench")
         writer: pq.ParquetWriter | None = None
-        for batch in record_batches("bench", p, source.read(p, 0, per_partition), include_headers=True):
+        for batch in record_batches("bench", p, read_records(source, p, 0, per_partition), include_headers=True):
             if writer is None:
                 writer = pq.ParquetWriter(parquet_dir / f"part-{p}.parquet", batch.schema, compression="none")
             writer.write_table(pa.Table.from_batches([batch]), row_group_size=128 * 1024)
@@ -297,11 +297,11 @@ def main() -> None:
 def decode_cost(data_dir: Path, records: int) -> None:
     """CPU per record of turning partition 0's segment files into Arrow batches in this one
     process (no Spark): the record path (``decode_records`` + ``arrow.py``, what the data
-    source did before ``columns.py``, and still does over a broker) and the column path."""
+    source did before ``columns.py``) and the column path (files and broker reads alike)."""
     log = FileLog(str(data_dir), "bench")
 
     def records_path() -> int:
-        return sum(b.num_rows for b in record_batches("bench", 0, log.read(0, 0, records), include_headers=True))
+        return sum(b.num_rows for b in record_batches("bench", 0, read_records(log, 0, 0, records), include_headers=True))
 
     def columns_path() -> int:
         return sum(

@@ -61,7 +61,8 @@ def record_batches(
     include_headers: bool,
     value_column: ValueColumn | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """The records of ``chunks`` (log append time?, records) as Arrow batches."""
+    """The records of ``chunks`` (log append time?, records) as Arrow batches: the record path,
+    which the data source's column path (``columns.py``) is tested and measured against."""
     schema = arrow_schema(include_headers, value_column([]).type if value_column else pa.binary())
     pending: list[Record] = []
     kinds: list[tuple[int, bool]] = []  # (records so far, log append time) where a run begins

@@ -90,7 +90,7 @@ from streamkit.dsl import (
 )
 from streamkit.log.records import NewRecord
 from streamkit.spark.columns import batch_lists, column_batches
-from streamkit.spark.logs import FileLog, open_source_log
+from streamkit.spark.logs import open_source_log
 from streamkit.spark.options import OffsetRange, split_range
 from streamkit.spark.source import FORMAT, register
 from streamkit.windows.aggregate import WindowAggregator
@@ -346,16 +346,10 @@ def _read_source(
     try:
         for rng in ranges:
             p = rng.partition
-            if isinstance(log, FileLog):
-                batches = log.batches(p, rng.start, rng.end)
-                for batch in column_batches(topic, p, batches, rng.start, rng.end, include_headers=False):
-                    n += batch.num_rows
-                    yield (p, *batch_lists(batch))
-                continue
-            for _log_append_time, records in log.read(p, rng.start, rng.end):
-                n += len(records)
-                yield (p, [r.key for r in records], [r.value for r in records], [r.offset for r in records],
-                       [r.timestamp for r in records])
+            batches = log.batches(p, rng.start, rng.end)
+            for batch in column_batches(topic, p, batches, rng.start, rng.end, include_headers=False):
+                n += batch.num_rows
+                yield (p, *batch_lists(batch))
     finally:
         log.close()
         counter.add(n)

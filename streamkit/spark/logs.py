@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from streamkit._core.errors import ConfigError
 from streamkit.log.compression import CODEC_IDS
-from streamkit.log.errors import DataDirLockedError, OffsetOutOfRangeError
+from streamkit.log.errors import CorruptRecordError, DataDirLockedError, OffsetOutOfRangeError
 from streamkit.log.manager import LogManager, owner_address
 from streamkit.log.reader import (
     offset_for_timestamp,
@@ -32,7 +32,15 @@ from streamkit.log.reader import (
     read_batches,
     topic_partition_count,
 )
-from streamkit.log.records import BatchHeader, NewRecord, Record, decode_records
+from streamkit.log.records import (
+    BatchHeader,
+    NewRecord,
+    Record,
+    check_batch,
+    decode_records,
+    iter_batches,
+)
+from streamkit.transport.base import TransportError
 from streamkit.transport.kafka_tools import FetchOutOfRangeError, KafkaTools, TopicNotFoundError
 
 # A fetch asks for this much at a time over the wire.
@@ -56,8 +64,9 @@ class SourceLog(Protocol):
         """The first offset whose timestamp is >= ``timestamp``; None when there is none."""
         ...
 
-    def read(self, partition: int, start: int, end: int) -> Iterator[tuple[bool, list[Record]]]:
-        """Chunks of the records in ``[start, end)``: (log append time?, records)."""
+    def batches(self, partition: int, start: int, end: int) -> Iterator[tuple[BatchHeader, bytes]]:
+        """The CRC-checked batches holding offsets in ``[start, end)``, control batches left
+        out; one that straddles a bound is whole (``spark.columns`` decodes them)."""
         ...
 
     def append(self, partition: int, records: Sequence[NewRecord], compression: str) -> None: ...
@@ -82,16 +91,7 @@ class FileLog:
         return offset_for_timestamp(self.data_dir, self.topic, partition, timestamp)
 
     def batches(self, partition: int, start: int, end: int) -> Iterator[tuple[BatchHeader, bytes]]:
-        """The CRC-checked batches holding offsets in ``[start, end)``, control batches left
-        out; one that straddles a bound is whole (``spark.columns`` decodes them)."""
         return read_batches(self.data_dir, self.topic, partition, start, end)
-
-    def read(self, partition: int, start: int, end: int) -> Iterator[tuple[bool, list[Record]]]:
-        for header, data in self.batches(partition, start, end):
-            records = decode_records(header, data)  # the CRC was checked by read_batches
-            if header.base_offset < start or header.last_offset >= end:
-                records = [r for r in records if start <= r.offset < end]
-            yield header.log_append_time, records
 
     def append(self, partition: int, records: Sequence[NewRecord], compression: str) -> None:
         codec = CODEC_IDS.get(compression)
@@ -162,30 +162,45 @@ class BrokerLog:
     def offset_for_timestamp(self, partition: int, timestamp: int) -> int | None:
         # The wire tools have no ListOffsets-by-time: scan (correct, not fast).
         start, end = self.bounds(partition)
-        for _lat, records in self.read(partition, start, end):
+        for _lat, records in read_records(self, partition, start, end):
             for r in records:
                 if r.timestamp >= timestamp:
                     return r.offset
         return None
 
-    def read(self, partition: int, start: int, end: int) -> Iterator[tuple[bool, list[Record]]]:
+    def batches(self, partition: int, start: int, end: int) -> Iterator[tuple[BatchHeader, bytes]]:
+        """Fetched as the broker keeps them (one Fetch request per ``_FETCH_BYTES``), each
+        batch CRC-checked here, as ``log.reader`` checks a segment's."""
         offset = start
         while offset < end:
             try:
-                got = self._run(self._tools.fetch(self.topic, partition, offset, _FETCH_BYTES))
+                got = self._run(self._tools.fetch_batches(self.topic, partition, offset, _FETCH_BYTES))
             except FetchOutOfRangeError as exc:
                 raise OffsetOutOfRangeError(offset, exc.log_start_offset, exc.high_watermark) from exc
-            records = [
-                Record(r.offset, r.timestamp, r.key, r.value, r.headers)
-                for r in got.records
-                if start <= r.offset < end
-            ]
-            if records:
-                # The wire tools do not pass on a batch's timestamp type: CreateTime.
-                yield False, records
-            if got.next_offset <= offset:
+            view = memoryview(got.data)
+            reached = offset
+            for pos, header in iter_batches(view):
+                if header.base_offset >= end:
+                    return
+                try:
+                    check_batch(view[pos : pos + header.size])
+                except CorruptRecordError as exc:
+                    raise CorruptRecordError(
+                        f"{self.topic}-{partition}: the batch at offset {header.base_offset} from "
+                        f"{self.bootstrap}: {exc}"
+                    ) from None
+                reached = max(reached, header.next_offset)
+                if not header.is_control and header.next_offset > offset:
+                    yield header, bytes(view[pos : pos + header.size])
+            if reached > offset:
+                offset = reached
+            elif view:  # Kafka sends the first batch whole, however small max_bytes is (KIP-74)
+                raise TransportError(
+                    f"{self.topic}-{partition}: {self.bootstrap} answered a fetch at offset {offset} "
+                    f"with {len(view)} bytes holding no whole batch"
+                )
+            else:
                 break  # nothing more below the high watermark
-            offset = got.next_offset
 
     def append(self, partition: int, records: Sequence[NewRecord], compression: str) -> None:
         for chunk in _chunks(records):
@@ -214,6 +229,16 @@ def _chunks(records: Sequence[NewRecord]) -> Iterator[Sequence[NewRecord]]:
             begin, size = i + 1, 0
     if begin < len(records):
         yield records[begin:]
+
+
+def read_records(log: SourceLog, partition: int, start: int, end: int) -> Iterator[tuple[bool, list[Record]]]:
+    """The records of ``log.batches``, one chunk per batch: (log append time?, the records in
+    ``[start, end)``), for the callers that want ``Record`` objects rather than columns."""
+    for header, data in log.batches(partition, start, end):
+        records = decode_records(header, data)  # the CRC was checked by batches()
+        if header.base_offset < start or header.last_offset >= end:
+            records = [r for r in records if start <= r.offset < end]
+        yield header.log_append_time, records
 
 
 def open_source_log(path: str | None, bootstrap: str | None, topic: str) -> SourceLog:

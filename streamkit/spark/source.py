@@ -51,9 +51,9 @@ from streamkit._core.partitioner import partition_for_key
 from streamkit.log.compression import CODEC_IDS
 from streamkit.log.errors import OffsetOutOfRangeError
 from streamkit.log.records import NewRecord
-from streamkit.spark.arrow import arrow_schema, column, record_batches
+from streamkit.spark.arrow import arrow_schema, column
 from streamkit.spark.columns import column_batches
-from streamkit.spark.logs import FileLog, SourceLog, open_source_log
+from streamkit.spark.logs import SourceLog, open_source_log
 from streamkit.spark.options import (
     EARLIEST,
     LATEST,
@@ -118,21 +118,12 @@ def _read_range(opts: SourceOptions, rng: RangePartition) -> Iterator[pa.RecordB
     decoder = value_decoder(opts.value_app, opts.value_type, opts.topic)
     log = open_source_log(opts.path, opts.bootstrap, opts.topic)
     try:
-        if isinstance(log, FileLog):  # the batches' bytes are at hand: decoded column-wise
-            yield from column_batches(
-                opts.topic,
-                rng.partition,
-                log.batches(rng.partition, rng.start, rng.end),
-                rng.start,
-                rng.end,
-                include_headers=opts.include_headers,
-                value_column=decoder.column if decoder else None,
-            )
-            return
-        yield from record_batches(
+        yield from column_batches(  # segment files or fetched batches alike
             opts.topic,
             rng.partition,
-            log.read(rng.partition, rng.start, rng.end),
+            log.batches(rng.partition, rng.start, rng.end),
+            rng.start,
+            rng.end,
             include_headers=opts.include_headers,
             value_column=decoder.column if decoder else None,
         )

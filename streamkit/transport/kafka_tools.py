@@ -44,6 +44,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka import TopicPartition as KafkaTP
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import (
     KafkaConnectionError,
     KafkaError,
@@ -53,6 +54,7 @@ from aiokafka.errors import (
     for_code,
 )
 from aiokafka.errors import OffsetOutOfRangeError as KafkaOffsetOutOfRange
+from aiokafka.protocol.fetch import FetchRequest
 
 from streamkit.transport.base import Header, TransportError
 
@@ -141,6 +143,12 @@ class FetchResult:
     high_watermark: int
 
 
+@dataclass(frozen=True, slots=True)
+class RawFetch:
+    data: bytes  # record batches as the broker sent them: whole ones, then maybe a cut-off one
+    high_watermark: int
+
+
 @asynccontextmanager
 async def _errors(what: str) -> AsyncIterator[None]:
     """aiokafka's errors as ours, prefixed with what was being done."""
@@ -180,6 +188,7 @@ class KafkaTools:
         self._positions: dict[KafkaTP, int] = {}  # where the fetch consumer stands, per partition
         self._sought_ms: dict[KafkaTP, int] = {}  # when fetch() last moved a partition
         self._committers: dict[str, AIOKafkaConsumer] = {}
+        self._raw: AIOKafkaClient | None = None
 
     async def __aenter__(self) -> KafkaTools:
         await self.start()
@@ -203,6 +212,9 @@ class KafkaTools:
         admin, self._admin = self._admin, None
         if admin is not None:
             await admin.close()
+        raw, self._raw = self._raw, None
+        if raw is not None:
+            await raw.close()
 
     # -- topics --------------------------------------------------------------------------
 
@@ -403,6 +415,51 @@ class KafkaTools:
                 return FetchResult(records, position, max(position, high_watermark or 0))
             if time.monotonic() >= deadline:
                 raise TransportError(f"{where}: no answer from the broker in time")
+
+    async def fetch_batches(self, topic: str, partition: int, offset: int, max_bytes: int) -> RawFetch:
+        """The record batches of ``topic``-``partition`` from the one holding ``offset`` on, as
+        the broker sends them (read uncommitted, control batches included): one Fetch request
+        that does not wait, nothing decoded, for a caller that decodes batches itself. Raises
+        ``FetchOutOfRangeError`` outside the log."""
+        where = f"cannot fetch from {topic}-{partition}"
+        client = await self._raw_client()
+        tp = KafkaTP(topic, partition)
+        async with _errors(where):
+            leader = client.cluster.leader_for_partition(tp)
+            if leader is None or leader < 0:
+                client.add_topic(topic)
+                await client.force_metadata_update()
+                leader = client.cluster.leader_for_partition(tp)
+            if leader is None or leader < 0:
+                raise TopicNotFoundError(topic)
+            # No wait, no minimum, read uncommitted; the version is the one both sides speak.
+            request = FetchRequest(0, 0, max_bytes, 0, [(topic, [(partition, offset, max_bytes)])])
+            response = await client.send(leader, request)
+        for _name, parts in response.topics:
+            for number, code, high_watermark, *fields in parts:
+                data = fields[-1]  # the record batches come last in every version
+                if number != partition:
+                    continue
+                if code == KafkaOffsetOutOfRange.errno:
+                    for p in (await self.describe_topic(topic)).partitions:
+                        if p.partition == partition:
+                            raise FetchOutOfRangeError(offset, p.log_start_offset, p.high_watermark)
+                if code:
+                    raise _rejected(where, code, None)
+                return RawFetch(bytes(data or b""), int(high_watermark))
+        raise TransportError(f"{where}: the broker's answer holds no such partition")
+
+    async def _raw_client(self) -> AIOKafkaClient:
+        if self._raw is None:
+            client = AIOKafkaClient(bootstrap_servers=self.bootstrap_servers, request_timeout_ms=self.request_timeout_ms)
+            try:
+                async with _errors(f"cannot connect to {self.bootstrap_servers}"):
+                    await client.bootstrap()
+            except BaseException:
+                await client.close()
+                raise
+            self._raw = client
+        return self._raw
 
     def _move_to(self, consumer: AIOKafkaConsumer, tp: KafkaTP, offset: int) -> None:
         """Assign ``tp`` (keeping the others where they were) and seek it to ``offset``."""

@@ -30,7 +30,7 @@ from streamkit.log.records import (
 from streamkit.spark import columns
 from streamkit.spark.arrow import record_batches
 from streamkit.spark.columns import column_batches
-from streamkit.spark.logs import FileLog
+from streamkit.spark.logs import FileLog, read_records
 
 TOPIC = "t"
 
@@ -116,7 +116,7 @@ def _both(data_dir: Path, start: int, end: int, lockstep_min: int = 64, **kwargs
     batch_records = kwargs.pop("batch_records")
     out: list[Any] = []
     for read in (
-        lambda: record_batches(TOPIC, 0, log.read(0, start, end), **kwargs),
+        lambda: record_batches(TOPIC, 0, read_records(log, 0, start, end), **kwargs),
         lambda: column_batches(TOPIC, 0, log.batches(0, start, end), start, end, batch_records=batch_records, **kwargs),
     ):
         default, columns._LOCKSTEP_MIN = columns._LOCKSTEP_MIN, lockstep_min
@@ -274,7 +274,7 @@ def test_the_backfill_reads_segment_files_as_the_record_path_does(
         for start, end in ((0, end_offset), (lo, min(hi, end_offset))):
             expected = [
                 (r.key, r.value, r.offset, r.timestamp)
-                for _t, records in FileLog(str(data_dir), TOPIC).read(0, start, end) for r in records
+                for _t, records in read_records(FileLog(str(data_dir), TOPIC), 0, start, end) for r in records
             ]
             chunks = list(_read_source(str(data_dir), None, TOPIC, _Uncounted(), iter([OffsetRange(0, start, end)])))
             got = [row for p, *fields in chunks for row in zip(*fields, strict=True) if p == 0]

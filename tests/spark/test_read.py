@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,10 @@ from conftest import as_tuples, expected_tuples, log_records, make_topic
 from streamkit.log import compression
 from streamkit.log.manager import LogManager
 from streamkit.log.records import NewRecord
+from streamkit.spark import logs
+from streamkit.spark.columns import column_batches
+from streamkit.spark.logs import BrokerLog, FileLog
+from tests.broker.broker_helpers import BrokerProcess
 
 
 def read(spark: Any, data_dir: Path, topic: str, **options: str) -> Any:
@@ -159,3 +164,33 @@ def test_values_decoded_into_typed_columns(spark: Any, tmp_path: Path) -> None:
         assert [(r[0], r[1]) for r in total] == [
             (u, sum(o.amount for o in orders if o.user == u)) for u in ("u0", "u1", "u2")
         ]
+
+
+def test_broker_reads_give_the_rows_of_the_segment_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over ``bootstrap`` the data source fetches the batches as the broker keeps them and
+    decodes them column-wise, as it decodes the files' batches: the same rows for every
+    range (cut inside batches too), compressed batches and headers, with fetches smaller than
+    a batch."""
+    data = tmp_path / "owned"
+    topics = {"plain": (2, 300), "packed": (1, 200)}
+    make_topic(data, "plain", 2, 300, batch=7)
+    make_topic(data, "packed", 1, 200, batch=50, codec=compression.ZSTD)
+    monkeypatch.setattr(logs, "_FETCH_BYTES", 200)  # many fetches, each smaller than a batch
+    broker = BrokerProcess(data).start(same_port=False)
+    try:
+        for topic, (partitions, count) in topics.items():
+            files, wire = FileLog(str(data), topic), BrokerLog(broker.bootstrap, topic)
+            try:
+                for p in range(partitions):
+                    for start, end in ((0, count), (5, count - 3), (13, 14), (count, count)):
+                        want = _rows(column_batches(topic, p, files.batches(p, start, end), start, end, include_headers=True))
+                        got = _rows(column_batches(topic, p, wire.batches(p, start, end), start, end, include_headers=True))
+                        assert got == want and len(want) == end - start, (topic, p, start, end)
+            finally:
+                wire.close()
+    finally:
+        assert broker.stop() == 0, broker.stderr()
+
+
+def _rows(batches: Iterator[Any]) -> list[dict[str, Any]]:
+    return [row for batch in batches for row in batch.to_pylist()]
