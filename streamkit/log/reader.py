@@ -129,11 +129,15 @@ def read_batches(
     end_offset: int | None = None,
     *,
     include_control: bool = False,
-) -> Iterator[tuple[BatchHeader, bytes]]:
+    views: bool = False,
+) -> Iterator[tuple[BatchHeader, bytes | memoryview]]:
     """The CRC-checked batches holding offsets in ``[start_offset, end_offset)``, in order.
 
     A batch that straddles a bound is yielded whole: the caller drops the records outside.
     ``end_offset`` None reads to the end of the files as they are when the read gets there.
+    With ``views`` each batch is a view into the segment's mapping instead of a copy, valid
+    until the next batch is asked for (then released): for a caller that copies what it keeps.
+    A view it still holds (or a slice of one) when the segment is done makes the read fail.
     """
     segments = list_segments(data_dir, topic, partition)
     for i, seg in enumerate(segments):
@@ -143,7 +147,7 @@ def read_batches(
         if end_offset is not None and seg.base_offset >= end_offset:
             return
         position = _start_position(seg, start_offset)
-        for _pos, header, data in _walk_data(seg, position, last=nxt is None):
+        for _pos, header, data in _walk_data(seg, position, last=nxt is None, views=views):
             if header.next_offset <= start_offset:
                 continue
             if end_offset is not None and header.base_offset >= end_offset:
@@ -207,8 +211,8 @@ def _walk(
 
 
 def _walk_data(
-    seg: SegmentFile, position: int, *, last: bool, verify_crc: bool = True
-) -> Iterator[tuple[int, BatchHeader, bytes]]:
+    seg: SegmentFile, position: int, *, last: bool, verify_crc: bool = True, views: bool = False
+) -> Iterator[tuple[int, BatchHeader, bytes | memoryview]]:
     """Every batch of a segment from ``position``; raises ``CorruptSegmentError`` on damage."""
     try:
         f = open(seg.path, "rb")  # noqa: SIM115  (closed by the with below)
@@ -240,10 +244,13 @@ def _walk_data(
                     raise CorruptSegmentError(
                         seg.path, pos, f"batch of {header.size} bytes runs past the end of the file"
                     )
+                data: bytes | memoryview
                 if verify_crc:
-                    data = mm[pos : pos + header.size]
+                    data = memoryview(mm)[pos : pos + header.size] if views else mm[pos : pos + header.size]
                     actual = crc32c(memoryview(data)[CRC_START:])
                     if actual != header.crc:
+                        if isinstance(data, memoryview):
+                            data.release()  # else the mapping cannot close under the error
                         raise CorruptSegmentError(
                             seg.path,
                             pos,
@@ -251,5 +258,9 @@ def _walk_data(
                         )
                 else:
                     data = b""
-                yield pos, header, data
+                try:
+                    yield pos, header, data
+                finally:
+                    if isinstance(data, memoryview):
+                        data.release()  # lets the mapping close
                 pos += header.size

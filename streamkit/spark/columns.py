@@ -53,7 +53,7 @@ from streamkit.spark.arrow import (
     record_batch,
 )
 
-Batch = tuple[BatchHeader, bytes]
+Batch = tuple[BatchHeader, bytes | memoryview]
 I64 = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
 
@@ -111,16 +111,17 @@ def column_batches(
 
     The lengths are walked over ``_WALK_GROUP`` times as many records at once (more batches
     side by side); the other fields are decoded per output batch, whose arrays stay small
-    enough for the CPU's caches."""
-    group: list[Batch] = []
-    records = 0
-    for batch in batches:
-        if records >= batch_records * _WALK_GROUP:
+    enough for the CPU's caches.
+
+    Each batch's bytes are copied into the group's buffer as it arrives and not kept: a batch
+    may be a view that is valid only until the next one is asked for (``log.reader``'s)."""
+    group = _Group()
+    for header, data in batches:
+        if group.records >= batch_records * _WALK_GROUP or group.size + len(data) > _MAX_BUFFER:
             yield from _group_batches(topic, partition, group, start, end, include_headers, value_column, batch_records)
-            group, records = [], 0
-        group.append(batch)
-        records += max(batch[0].records_count, 0)
-    if group:
+            group = _Group()
+        group.add(header, data)
+    if group.batches:
         yield from _group_batches(topic, partition, group, start, end, include_headers, value_column, batch_records)
 
 
@@ -138,40 +139,23 @@ def batch_lists(batch: pa.RecordBatch) -> tuple[list[bytes | None], list[bytes |
 def _group_batches(
     topic: str,
     partition: int,
-    group: list[Batch],
+    group: _Group,
     start: int,
     end: int,
     include_headers: bool,
     value_column: ValueColumn | None,
     batch_records: int,
 ) -> Iterator[pa.RecordBatch]:
-    bodies = _bodies(group)
-    size = sum(len(b) for b in bodies if b is not None)
-    if size > _MAX_BUFFER and len(group) > 1:
-        half = len(group) // 2
-        for halves in (group[:half], group[half:]):
-            yield from _group_batches(topic, partition, halves, start, end, include_headers, value_column, batch_records)
-        return
-    if size > _MAX_BUFFER:
-        bodies = [None]  # one batch too big for int32 views: the record path
-    where: list[int] = []
-    sizes: list[int] = []
-    total = 0
-    for body in bodies:
-        where.append(-1 if body is None else total)
-        sizes.append(0 if body is None else len(body))
-        total += sizes[-1]
-    buf = bytearray(total + _PAD)
-    for body, at, length in zip(bodies, where, sizes, strict=True):
-        if body is not None:
-            buf[at : at + length] = body
+    chunk = group.batches
+    buf, where, sizes = group.finish()
+    total = len(buf) - _PAD
     raw = _Raw.over(buf)
-    walk, slow = _walk(buf, raw, group, where, sizes)
+    walk, slow = _walk(buf, raw, chunk, where, sizes)
     first = np.concatenate((np.cumsum(walk.counts) - walk.counts, [len(walk.heads)]))
     begin = records = 0
-    for i, (header, _data) in enumerate(group):
+    for i, (header, _data) in enumerate(chunk):
         records += max(header.records_count, 0)
-        if records < batch_records and i + 1 < len(group):
+        if records < batch_records and i + 1 < len(chunk):
             continue
         # The output batch of group[begin:i + 1]: the walked batches among them.
         lo, hi = np.searchsorted(walk.batch, [begin, i + 1]).tolist()
@@ -188,20 +172,60 @@ def _group_batches(
         yield out
 
 
-def _bodies(chunk: Sequence[Batch]) -> list[bytes | memoryview | None]:
-    """Each batch's records as bytes (decompressed); None for a batch whose data does not
-    decompress (``decode_records`` will say why)."""
-    out: list[bytes | memoryview | None] = []
-    for header, data in chunk:
+class _Group:
+    """Batches gathered for one walk, their record bodies (decompressed) copied into one
+    buffer as they arrive. An uncompressed batch is copied whole (its 61-byte header too), so
+    ``decode_records`` can read it back from the buffer if its records do not decode here; a
+    compressed one keeps its own bytes for that."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+        self.batches: list[tuple[BatchHeader, bytes | None]] = []  # (header, bytes kept apart)
+        self.where: list[int] = []  # where each body starts in buf; -1: not there (record path)
+        self.sizes: list[int] = []
+        self.records = 0
+
+    @property
+    def size(self) -> int:
+        return len(self.buf)
+
+    def add(self, header: BatchHeader, data: bytes | memoryview) -> None:
+        self.records += max(header.records_count, 0)
         codec = header.attributes & ATTR_CODEC_MASK
-        if codec == compression.NONE:
-            out.append(memoryview(data)[BATCH_OVERHEAD:])
-            continue
-        try:
-            out.append(compression.decompress(codec, memoryview(data)[BATCH_OVERHEAD:]))
-        except InvalidRecordError:
-            out.append(None)
-    return out
+        if codec == compression.NONE and BATCH_OVERHEAD <= len(data) <= _MAX_BUFFER - len(self.buf):
+            self.where.append(len(self.buf) + BATCH_OVERHEAD)
+            self.sizes.append(len(data) - BATCH_OVERHEAD)
+            self.buf += data
+            self.batches.append((header, None))
+            return
+        kept = bytes(data)
+        self.batches.append((header, kept))
+        body: bytes | None = None
+        if codec != compression.NONE:
+            try:
+                body = compression.decompress(codec, memoryview(kept)[BATCH_OVERHEAD:])
+            except InvalidRecordError:
+                body = None  # decode_records will say why
+        if body is None or len(body) > _MAX_BUFFER - len(self.buf):  # too big for int32 views
+            self.where.append(-1)
+            self.sizes.append(0)
+            return
+        self.where.append(len(self.buf))
+        self.sizes.append(len(body))
+        self.buf += body
+
+    def finish(self) -> tuple[bytearray, list[int], list[int]]:
+        """(the buffer, padded, where each body starts, each body's size)."""
+        self.buf += bytes(_PAD)
+        return self.buf, self.where, self.sizes
+
+    def batch_bytes(self, i: int) -> bytes:
+        """The bytes of batch ``i`` as they came (for ``decode_records``)."""
+        header, kept = self.batches[i]
+        if kept is not None:
+            return kept
+        at = self.where[i] - BATCH_OVERHEAD
+        return bytes(self.buf[at : at + header.size])
 
 
 @dataclass
@@ -215,7 +239,7 @@ class _Walk:
 
 
 def _walk(
-    buf: bytearray, raw: _Raw, chunk: Sequence[Batch], where: Sequence[int], sizes: Sequence[int]
+    buf: bytearray, raw: _Raw, chunk: Sequence[tuple[BatchHeader, object]], where: Sequence[int], sizes: Sequence[int]
 ) -> tuple[_Walk, set[int]]:
     """Find where every record begins from the length prefixes; (the walk, the batches to
     decode with decode_records).
@@ -349,7 +373,7 @@ def _overflows(a: I64, b: I64, total: I64) -> Mask:
 def _decode(
     topic: str,
     partition: int,
-    chunk: list[Batch],
+    group: _Group,
     rows: range,
     raw: _Raw,
     total: int,
@@ -360,8 +384,9 @@ def _decode(
     end: int,
     include_headers: bool,
 ) -> pa.RecordBatch | None:
-    """The rows of ``chunk[rows]``: ``walk`` holds the walked batches among them, ``slow``
-    those for ``decode_records``."""
+    """The rows of ``group.batches[rows]``: ``walk`` holds the walked batches among them,
+    ``slow`` those for ``decode_records``."""
+    chunk = group.batches
     schema = arrow_schema(include_headers)
     heads, counts = walk.heads, walk.counts
     batch_of = np.repeat(np.arange(len(walk.batch)), counts)  # index into walk.batch per record
@@ -437,7 +462,7 @@ def _decode(
             return None
         mask = None if keep.all() else pa.array(keep)
         return _assemble(schema, topic, partition, arrays, mask, include_headers)
-    return _mixed(schema, topic, partition, chunk, rows, slow, walk, counts, arrays, keep, start, end, include_headers)
+    return _mixed(schema, topic, partition, group, rows, slow, walk, counts, arrays, keep, start, end, include_headers)
 
 
 def _binary(words: npt.NDArray[np.uint32], buffer: pa.Buffer, start: I64, length: I64) -> pa.Array:
@@ -507,7 +532,7 @@ def _mixed(
     schema: pa.Schema,
     topic: str,
     partition: int,
-    chunk: list[Batch],
+    group: _Group,
     rows: range,
     slow: set[int],
     walk: _Walk,
@@ -518,20 +543,21 @@ def _mixed(
     end: int,
     include_headers: bool,
 ) -> pa.RecordBatch | None:
-    """The chunk's rows in order when some of its batches go through ``decode_records``."""
+    """The rows of ``group.batches[rows]`` in order when some of those batches go through
+    ``decode_records``."""
     first = dict(zip(walk.batch, (np.cumsum(counts) - counts).tolist(), strict=True))
     pieces: list[pa.RecordBatch] = []
     for i in rows:
-        header, data = chunk[i]
+        header = group.batches[i][0]
         if i in slow:
-            records: list[Record] = decode_records(header, data)
+            records: list[Record] = decode_records(header, group.batch_bytes(i))
             if header.base_offset < start or header.last_offset >= end:
                 records = [r for r in records if start <= r.offset < end]
             if records:
                 pieces.append(record_batch(schema, topic, partition, records, header.log_append_time, include_headers))
         elif i in first:
             assert arrays is not None
-            lo, n = first[i], chunk[i][0].records_count
+            lo, n = first[i], header.records_count
             sliced = [a.slice(lo, n) for a in arrays]
             pieces.append(_assemble(schema, topic, partition, sliced, pa.array(keep[lo : lo + n]), include_headers))
     pieces = [p for p in pieces if p.num_rows]

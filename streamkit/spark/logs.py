@@ -64,9 +64,10 @@ class SourceLog(Protocol):
         """The first offset whose timestamp is >= ``timestamp``; None when there is none."""
         ...
 
-    def batches(self, partition: int, start: int, end: int) -> Iterator[tuple[BatchHeader, bytes]]:
+    def batches(self, partition: int, start: int, end: int) -> Iterator[tuple[BatchHeader, bytes | memoryview]]:
         """The CRC-checked batches holding offsets in ``[start, end)``, control batches left
-        out; one that straddles a bound is whole (``spark.columns`` decodes them)."""
+        out; one that straddles a bound is whole (``spark.columns`` decodes them). A batch's
+        bytes are valid until the next batch is asked for: copy what you keep."""
         ...
 
     def append(self, partition: int, records: Sequence[NewRecord], compression: str) -> None: ...
@@ -90,8 +91,8 @@ class FileLog:
     def offset_for_timestamp(self, partition: int, timestamp: int) -> int | None:
         return offset_for_timestamp(self.data_dir, self.topic, partition, timestamp)
 
-    def batches(self, partition: int, start: int, end: int) -> Iterator[tuple[BatchHeader, bytes]]:
-        return read_batches(self.data_dir, self.topic, partition, start, end)
+    def batches(self, partition: int, start: int, end: int) -> Iterator[tuple[BatchHeader, bytes | memoryview]]:
+        return read_batches(self.data_dir, self.topic, partition, start, end, views=True)  # no copy per batch
 
     def append(self, partition: int, records: Sequence[NewRecord], compression: str) -> None:
         codec = CODEC_IDS.get(compression)
@@ -168,7 +169,7 @@ class BrokerLog:
                     return r.offset
         return None
 
-    def batches(self, partition: int, start: int, end: int) -> Iterator[tuple[BatchHeader, bytes]]:
+    def batches(self, partition: int, start: int, end: int) -> Iterator[tuple[BatchHeader, bytes | memoryview]]:
         """Fetched as the broker keeps them (one Fetch request per ``_FETCH_BYTES``), each
         batch CRC-checked here, as ``log.reader`` checks a segment's."""
         offset = start
@@ -235,7 +236,9 @@ def read_records(log: SourceLog, partition: int, start: int, end: int) -> Iterat
     """The records of ``log.batches``, one chunk per batch: (log append time?, the records in
     ``[start, end)``), for the callers that want ``Record`` objects rather than columns."""
     for header, data in log.batches(partition, start, end):
-        records = decode_records(header, data)  # the CRC was checked by batches()
+        # A copy: no view into a segment's mapping may outlive this step, not even in an
+        # error's traceback. The CRC was checked by batches().
+        records = decode_records(header, bytes(data))
         if header.base_offset < start or header.last_offset >= end:
             records = [r for r in records if start <= r.offset < end]
         yield header.log_append_time, records
