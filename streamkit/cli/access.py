@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from streamkit._core.errors import ConfigError
+from streamkit._core.runner import run_to_end
 from streamkit._core.types import TopicPartition
 from streamkit.log.compression import CODEC_IDS
 from streamkit.log.errors import DataDirLockedError, OffsetOutOfRangeError
@@ -315,7 +316,7 @@ class BrokerAccess:
             _quiet_aiokafka()
             self._runner = asyncio.Runner()
         try:
-            return self._runner.run(work)
+            return run_to_end(self._runner, work)
         except FetchOutOfRangeError as exc:
             raise OffsetOutOfRangeError(exc.offset, exc.log_start_offset, exc.high_watermark) from exc
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from streamkit._core.errors import ConfigError
+from streamkit._core.runner import run_to_end
 from streamkit.log.compression import CODEC_IDS
 from streamkit.log.errors import CorruptRecordError, DataDirLockedError, OffsetOutOfRangeError
 from streamkit.log.manager import LogManager, owner_address
@@ -143,7 +144,7 @@ class BrokerLog:
             if not logger.handlers:
                 logger.addHandler(logging.NullHandler())
             self._runner = asyncio.Runner()
-        return self._runner.run(work)
+        return run_to_end(self._runner, work)
 
     def _describe(self) -> Any:
         try:
