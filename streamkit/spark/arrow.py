@@ -88,21 +88,45 @@ def _to_batch(
     include_headers: bool,
     value_column: ValueColumn | None,
 ) -> pa.RecordBatch:
-    n = len(records)
     values = [r.value for r in records]
-    columns: list[pa.Array] = [
+    return kafka_batch(
+        schema,
+        topic,
+        partition,
         pa.array([r.key for r in records], pa.binary()),
         value_column(values) if value_column else pa.array(values, pa.binary()),
+        pa.array([r.offset for r in records], pa.int64()),
+        pa.array([r.timestamp for r in records], pa.int64()),
+        _timestamp_types(len(records), kinds),
+        _headers(records) if include_headers else None,
+    )
+
+
+def kafka_batch(
+    schema: pa.Schema,
+    topic: str,
+    partition: int,
+    key: pa.Array,
+    value: pa.Array,
+    offset: pa.Array,
+    timestamp_ms: pa.Array,
+    timestamp_type: pa.Array,
+    headers: pa.Array | None,
+) -> pa.RecordBatch:
+    """The batch of ``schema`` (the Kafka columns) for one partition's records, from their
+    per-record arrays (timestamps in ms; ``headers`` None when the schema has none)."""
+    n = len(offset)
+    columns: list[pa.Array] = [
+        key,
+        value,
         pa.repeat(pa.scalar(topic, pa.string()), n),
         pa.repeat(pa.scalar(partition, pa.int32()), n),
-        pa.array([r.offset for r in records], pa.int64()),
-        pc.multiply(pa.array([r.timestamp for r in records], pa.int64()), 1000).cast(
-            pa.timestamp("us", tz="UTC")
-        ),
-        _timestamp_types(n, kinds),
+        offset,
+        pc.multiply(timestamp_ms, 1000).cast(pa.timestamp("us", tz="UTC")),
+        timestamp_type,
     ]
-    if include_headers:
-        columns.append(_headers(records))
+    if headers is not None:
+        columns.append(headers)
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 

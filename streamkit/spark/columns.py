@@ -33,7 +33,6 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from streamkit.log import compression
 from streamkit.log.errors import CorruptRecordError, InvalidRecordError
@@ -49,6 +48,7 @@ from streamkit.spark.arrow import (
     ARROW_BATCH_RECORDS,
     ValueColumn,
     arrow_schema,
+    kafka_batch,
     no_headers,
     record_batch,
 )
@@ -513,19 +513,8 @@ def _assemble(
     if mask is not None:
         arrays = [a.filter(mask) for a in arrays]
     key, value, offset, timestamp, kind = arrays
-    n = len(offset)
-    columns: list[pa.Array] = [
-        key,
-        value,
-        pa.repeat(pa.scalar(topic, pa.string()), n),
-        pa.repeat(pa.scalar(partition, pa.int32()), n),
-        offset,
-        pc.multiply(timestamp, 1000).cast(pa.timestamp("us", tz="UTC")),
-        kind,
-    ]
-    if include_headers:
-        columns.append(no_headers(n))
-    return pa.RecordBatch.from_arrays(columns, schema=schema)
+    headers = no_headers(len(offset)) if include_headers else None
+    return kafka_batch(schema, topic, partition, key, value, offset, timestamp, kind, headers)
 
 
 def _mixed(
