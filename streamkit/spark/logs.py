@@ -193,7 +193,7 @@ class BrokerLog:
                     ) from None
                 reached = max(reached, header.next_offset)
                 if not header.is_control and header.next_offset > offset:
-                    yield header, bytes(view[pos : pos + header.size])
+                    yield header, view[pos : pos + header.size]  # into the fetched bytes: no copy
             if reached > offset:
                 offset = reached
             elif view:  # Kafka sends the first batch whole, however small max_bytes is (KIP-74)
