@@ -35,13 +35,12 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
 from aiokafka import TopicPartition as KafkaTP
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
 from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberAssignment,
     ConsumerProtocolMemberMetadata,
 )
-from aiokafka.errors import KafkaError, ProducerFenced, TopicAlreadyExistsError
+from aiokafka.errors import KafkaError, ProducerFenced
 
 from streamkit._core.types import TopicPartition
 from streamkit.transport.base import (
@@ -58,7 +57,7 @@ from streamkit.transport.base import (
     TransportError,
     check_isolation_level,
 )
-from streamkit.transport.kafka_tools import KafkaTools
+from streamkit.transport.kafka_tools import KafkaTools, wait_for_partition
 from streamkit.transport.placement import (
     GroupInfo,
     MemberInfo,
@@ -77,69 +76,47 @@ MAX_QUEUED_BATCHES = 2
 # a new one (a GC-tracked object) per record.
 _NO_HEADERS: list[tuple[str, bytes]] = []
 READ_MAX_BYTES = 4 * 1024 * 1024  # per fetch of a changelog being restored
+_METADATA_WAIT_S = 30.0  # a producer's request timeout: how long a partition may take to show
 
 
 class KafkaLogClient:
+    """Topics through ``KafkaTools`` (its admin client): a lookup never auto-creates a topic,
+    and ``ensure_topic`` returns once every partition answers, so a writer may write at once."""
+
     def __init__(self, bootstrap_servers: str, *, url: str | None = None) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.url = url or f"kafka://{bootstrap_servers}"
-        self._admin: AIOKafkaAdminClient | None = None
+        self._tools: KafkaTools | None = None
 
     async def start(self) -> None:
-        if self._admin is None:
-            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
+        if self._tools is None:
+            tools = KafkaTools(self.bootstrap_servers)
             try:
-                await admin.start()
-            except KafkaError as exc:
-                await admin.close()
-                raise TransportError(f"cannot reach Kafka at {self.bootstrap_servers}: {exc}") from exc
-            self._admin = admin
+                await tools.start()
+            except BaseException:
+                await tools.aclose()
+                raise
+            self._tools = tools
 
     async def aclose(self) -> None:
-        admin, self._admin = self._admin, None
-        if admin is not None:
-            await admin.close()
+        tools, self._tools = self._tools, None
+        if tools is not None:
+            await tools.aclose()
 
-    def _admin_client(self) -> AIOKafkaAdminClient:
-        if self._admin is None:
+    def _started(self) -> KafkaTools:
+        if self._tools is None:
             raise TransportError("the Kafka log client is not started")
-        return self._admin
+        return self._tools
 
     async def ensure_topic(
         self, name: str, partitions: int, config: Mapping[str, str] | None = None
     ) -> int:
-        # Create first, describe after: a metadata request for a missing topic may auto-create
-        # it on the broker with the default partition count instead of ours.
-        admin = self._admin_client()
-        try:
-            response = await admin.create_topics(
-                [NewTopic(name, partitions, 1, topic_configs=dict(config or {}))]
-            )
-        except TopicAlreadyExistsError:
-            response = None
-        except KafkaError as exc:
-            raise TransportError(f"cannot create topic {name!r}: {exc}") from exc
-        for _topic, code, *rest in getattr(response, "topic_errors", ()):
-            if code not in (0, TopicAlreadyExistsError.errno):
-                message = rest[0] if rest else ""
-                raise TransportError(f"cannot create topic {name!r}: error {code} {message or ''}".rstrip())
-        for _ in range(50):
-            count = await self.partition_count(name)
-            if count is not None:
-                return count
-            await asyncio.sleep(0.1)
-        raise TransportError(f"topic {name!r} did not appear after creation")
+        # Create first, never describe first: on a broker that auto-creates topics, a metadata
+        # request naming a missing topic creates it with the default partition count instead of ours.
+        return await self._started().ensure_topic(name, partitions, config or {})
 
     async def partition_count(self, name: str) -> int | None:
-        admin = self._admin_client()
-        try:
-            described: list[dict[str, Any]] = await admin.describe_topics([name])
-        except KafkaError:
-            return None
-        for topic in described:
-            if topic.get("topic") == name and topic.get("error_code", 0) == 0:
-                return len(topic.get("partitions", [])) or None
-        return None
+        return await self._started().partition_count(name)
 
     def producer(self) -> KafkaProducer:
         return KafkaProducer(self.bootstrap_servers)
@@ -365,6 +342,11 @@ class KafkaProducer:
                     batch = next_open
                 batch.builder.close()  # no more appends, and aiokafka sends it without lingering
                 try:
+                    # aiokafka asserts its metadata shows the partition: wait until it does, or
+                    # fail the batch naming the partitions the topic has.
+                    await wait_for_partition(
+                        self._producer.client, tp[0], tp[1], f"cannot send to {tp[0]}-{tp[1]}", timeout_s=_METADATA_WAIT_S
+                    )
                     delivery = await self._producer.send_batch(batch.builder, tp[0], partition=tp[1])
                 except Exception as exc:
                     # Whatever refuses this batch fails its records (flush and their acks
@@ -412,6 +394,8 @@ def _send_error(tp: tuple[str, int], exc: BaseException) -> TransportError:
     """The error of a batch aiokafka refused or failed to deliver; a fence says so."""
     if isinstance(exc, ProducerFenced):
         return ProducerFencedError(f"send to {tp[0]}-{tp[1]} refused, the producer was fenced: {exc}")
+    if isinstance(exc, TransportError):  # ours: it names the partition and says why
+        return exc
     return TransportError(f"send to {tp[0]}-{tp[1]} failed: {exc!r}")
 
 

@@ -11,16 +11,24 @@ for a group without joining it (generation -1, the "simple consumer" commit).
 Invariants:
 
 * nothing here asks the broker to auto-create a topic: topics are looked up in the Metadata
-  of all topics (a request naming a missing topic creates it on brokers that auto-create),
-  and ``delete_topic`` first closes the clients whose metadata refreshes would name it.
-  (Another process still reading a topic that is deleted may bring it back on such a broker,
-  as any Kafka client does.)
+  of all topics (a request naming a missing topic creates it on brokers that auto-create,
+  with the broker's default partition count), a client is only told to track a topic by name
+  once that lookup found it, and ``delete_topic`` first closes the clients whose metadata
+  refreshes would name it. (Another process still reading a topic that is deleted may bring
+  it back on such a broker, as any Kafka client does.)
+* a topic created or grown here can be written at once: ``create_topic``, ``ensure_topic`` and
+  ``add_partitions`` return when every partition has a leader that answers ListOffsets (on
+  Kafka, metadata and leaders reach the brokers a moment after CreateTopics/CreatePartitions
+  answered); and every writer waits, bounded, for its producer's metadata to show the
+  partition (``wait_for_partition``), which aiokafka's producer asserts instead of checking.
+  A partition the cluster does not have is a ``PartitionNotFoundError`` naming the range.
 * offsets follow Kafka: ``FetchResult.next_offset`` and committed offsets are the offset of
   the next record to read;
 * aiokafka errors leave as ``TransportError`` subclasses, with ``raise ... from``:
   ``BrokerUnreachableError`` (no connection), ``TopicNotFoundError``, ``BrokerRejectedError``
-  (the broker refused the request and said why), ``FetchOutOfRangeError`` (the offset lies
-  outside the partition's log), and plain ``TransportError`` for the rest.
+  (the broker refused the request and said why), ``PartitionNotFoundError`` (the topic has no
+  such partition), ``FetchOutOfRangeError`` (the offset lies outside the partition's log),
+  and plain ``TransportError`` for the rest.
 
 Usage::
 
@@ -33,6 +41,7 @@ Usage::
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -50,19 +59,28 @@ from aiokafka.errors import (
     KafkaError,
     MessageSizeTooLargeError,
     RecordListTooLargeError,
+    TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
     for_code,
 )
 from aiokafka.errors import OffsetOutOfRangeError as KafkaOffsetOutOfRange
 from aiokafka.protocol.fetch import FetchRequest
+from aiokafka.protocol.offset import OffsetRequest
 
 from streamkit.transport.base import Header, TransportError
 
 _UNKNOWN_TOPIC: int = UnknownTopicOrPartitionError.errno
+_EXISTS: int = TopicAlreadyExistsError.errno
 _CODECS: dict[str, str | None] = {"none": None, "gzip": "gzip", "snappy": "snappy", "lz4": "lz4", "zstd": "zstd"}
 _FETCH_WAIT_MS = 100  # the broker's long-poll wait: how soon an empty partition is known empty
 _POLL_MS = 20  # how often fetch() looks at what the background fetcher has learnt
 _DEFAULT_FETCH_BYTES = 1024 * 1024
+# How long a topic or partition the cluster's metadata does not show may still be on its way
+# (created or grown by another client a moment ago, through another broker) before a writer
+# says it does not exist.
+_SETTLE_S = 2.0
+_RETRY_S = 0.05  # between metadata lookups while waiting for a topic or partition
+_LATEST = -1  # ListOffsets: the offset after the last record
 
 
 class BrokerUnreachableError(TransportError):
@@ -79,6 +97,18 @@ class TopicNotFoundError(TransportError):
     def __init__(self, topic: str) -> None:
         super().__init__(f"unknown topic {topic!r}")
         self.topic = topic
+
+
+class PartitionNotFoundError(TransportError):
+    """The topic exists but has no such partition."""
+
+    retriable = False
+
+    def __init__(self, where: str, topic: str, partition: int, count: int) -> None:
+        super().__init__(f"{where}: topic {topic!r} has partitions 0 to {count - 1}")
+        self.topic = topic
+        self.partition = partition
+        self.count = count
 
 
 class BrokerRejectedError(TransportError):
@@ -165,6 +195,40 @@ def _rejected(what: str, code: int, message: str | None) -> BrokerRejectedError:
     return BrokerRejectedError(message or f"{what} ({getattr(for_code(code), 'message', code)})")
 
 
+async def wait_for_partition(client: AIOKafkaClient, topic: str, partition: int, where: str, *, timeout_s: float) -> None:
+    """Return once ``client``'s metadata shows ``topic``-``partition``: an aiokafka producer's
+    ``send_batch`` asserts it does (``AssertionError: Unrecognized partition``) rather than
+    asking. A cache hit costs one lookup. Else the cluster's word comes from the Metadata of
+    all topics (naming a missing topic would auto-create it, with the broker's default count):
+    a missing topic or partition is given ``_SETTLE_S`` to appear (created by another client a
+    moment ago) and then is a ``TopicNotFoundError`` / ``PartitionNotFoundError``; a present
+    one is then tracked by ``client``, whose refreshes it waits for up to ``timeout_s``.
+    """
+    tp = KafkaTP(topic, partition)
+    if partition >= 0 and client.cluster.leader_for_partition(tp) is not None:
+        return
+    now = time.monotonic()
+    settle, deadline = now + _SETTLE_S, now + max(timeout_s, _SETTLE_S)
+    while True:
+        async with _errors(where):
+            cluster = await client.fetch_all_metadata()
+        count = len(cluster.partitions_for_topic(topic) or ())
+        if 0 <= partition < count:
+            break
+        if partition < 0 < count or time.monotonic() >= settle:
+            if not count:
+                raise TopicNotFoundError(topic)
+            raise PartitionNotFoundError(where, topic, partition, count)
+        await asyncio.sleep(_RETRY_S)
+    async with _errors(where):
+        await client.add_topic(topic)  # it exists: naming it creates nothing
+        while client.cluster.leader_for_partition(tp) is None:
+            if time.monotonic() >= deadline:
+                raise TransportError(f"{where}: the client's metadata did not show the partition in {timeout_s:g} s")
+            await asyncio.sleep(_RETRY_S)
+            await client.force_metadata_update()
+
+
 class KafkaTools:
     """Connections to one cluster, opened as they are first needed and closed by ``aclose``.
 
@@ -222,12 +286,84 @@ class KafkaTools:
         return sorted(await self._partition_counts(internal_too=include_internal))
 
     async def create_topic(self, name: str, partitions: int, config: Mapping[str, str]) -> None:
+        """Create topic ``name``; return once every partition of it answers."""
+        await self._create(name, partitions, config, exist_ok=False)
+
+    async def ensure_topic(self, name: str, partitions: int, config: Mapping[str, str]) -> int:
+        """Create topic ``name`` unless it exists; once every partition of it answers, its
+        partition count (an existing topic's own, which may differ from ``partitions``)."""
+        return await self._create(name, partitions, config, exist_ok=True)
+
+    async def partition_count(self, name: str) -> int | None:
+        """``name``'s partition count, None when there is no such topic (never creates it)."""
+        found = (await self._partition_counts(internal_too=True)).get(name)
+        return None if found is None else found[0]
+
+    async def _create(self, name: str, partitions: int, config: Mapping[str, str], *, exist_ok: bool) -> int:
+        where = f"cannot create topic {name!r}"
         admin = await self._admin_client()
-        async with _errors(f"cannot create topic {name!r}"):
-            response = await admin.create_topics([NewTopic(name, partitions, 1, topic_configs=dict(config))])
-        for topic, code, *rest in response.topic_errors:
-            if topic == name and code:
-                raise _rejected(f"cannot create topic {name!r}", code, rest[0] if rest else None)
+        try:
+            async with _errors(where):
+                response = await admin.create_topics([NewTopic(name, partitions, 1, topic_configs=dict(config))])
+        except TransportError as exc:
+            if not (exist_ok and getattr(exc.__cause__, "errno", None) == _EXISTS):
+                raise
+        else:
+            for topic, code, *rest in response.topic_errors:
+                if topic == name and code and not (exist_ok and code == _EXISTS):
+                    raise _rejected(where, code, rest[0] if rest else None)
+        return await self._wait_until_answering(name, where)
+
+    async def _wait_until_answering(self, name: str, where: str) -> int:
+        """Wait until every partition of ``name`` has a leader that answers ListOffsets; its
+        partition count. Kafka answers CreateTopics and CreatePartitions before every broker's
+        metadata shows the partitions and before their leaders serve them ("not leader" for a
+        moment); the broker's advice is to wait so. The lookups use the Metadata of all topics:
+        none of them may auto-create the topic it waits for."""
+        client = await self._raw_client()
+        deadline = time.monotonic() + self.request_timeout_ms / 1000
+        waiting_for = "the topic to appear in the cluster's metadata"
+        while True:
+            async with _errors(where):
+                cluster = await client.fetch_all_metadata()
+            numbers = sorted(cluster.partitions_for_topic(name) or ())
+            by_leader: dict[int, list[int]] = {}
+            for p in numbers:
+                by_leader.setdefault(cluster.leader_for_partition(KafkaTP(name, p)), []).append(p)
+            if numbers and -1 in by_leader:
+                waiting_for = f"a leader for partitions {by_leader[-1]}"
+            elif numbers:
+                silent = await self._not_answering(client, name, by_leader, where)
+                if not silent:
+                    return len(numbers)
+                waiting_for = f"partitions {silent} to answer ListOffsets"
+            if time.monotonic() >= deadline:
+                raise TransportError(f"{where}: created, but waited {self.request_timeout_ms} ms for {waiting_for}")
+            await asyncio.sleep(_RETRY_S)
+
+    async def _not_answering(
+        self, client: AIOKafkaClient, name: str, by_leader: Mapping[int, list[int]], where: str
+    ) -> list[int]:
+        """The partitions of ``name`` whose leader does not answer ListOffsets for them yet
+        (a retriable error, or no connection to it yet); a refusal for good raises."""
+        silent: list[int] = []
+        for leader, numbers in sorted(by_leader.items()):
+            try:
+                response = await client.send(leader, OffsetRequest(-1, 0, [(name, [(p, _LATEST) for p in numbers])]))
+            except KafkaError as exc:
+                if not getattr(exc, "retriable", False) and not isinstance(exc, KafkaConnectionError):
+                    raise TransportError(f"{where}: {exc}") from exc
+                silent.extend(numbers)
+                continue
+            answered: set[int] = set()
+            for _topic, parts in response.topics:
+                for number, code, *_rest in parts:
+                    if code and not getattr(for_code(code), "retriable", False):
+                        raise _rejected(where, code, None)
+                    if not code:
+                        answered.add(number)
+            silent.extend(p for p in numbers if p not in answered)
+        return sorted(silent)
 
     async def add_partitions(self, name: str, total: int) -> None:
         """Grow topic ``name`` to ``total`` partitions (CreatePartitions)."""
@@ -246,6 +382,7 @@ class KafkaTools:
                 raise _rejected(f"cannot add partitions to topic {name!r}", cause.errno, broker_says) from exc
             raise
         await self._forget(name)  # clients that cached the old partition count
+        await self._wait_until_answering(name, f"cannot add partitions to topic {name!r}")
 
     async def delete_topic(self, name: str) -> None:
         await self._forget(name)
@@ -334,6 +471,7 @@ class KafkaTools:
             raise ValueError("produce needs at least one record")
         producer = await self._producer(compression)
         where = f"cannot produce to {topic}-{partition}"
+        await wait_for_partition(producer.client, topic, partition, where, timeout_s=self.request_timeout_ms / 1000)
         batch = producer.create_batch()
         for record in records:
             appended = batch.append(
@@ -424,14 +562,14 @@ class KafkaTools:
         where = f"cannot fetch from {topic}-{partition}"
         client = await self._raw_client()
         tp = KafkaTP(topic, partition)
+        await wait_for_partition(client, topic, partition, where, timeout_s=self.request_timeout_ms / 1000)
         async with _errors(where):
             leader = client.cluster.leader_for_partition(tp)
-            if leader is None or leader < 0:
-                client.add_topic(topic)
+            if leader is None or leader < 0:  # no leader now: as Kafka says it, retriable
                 await client.force_metadata_update()
                 leader = client.cluster.leader_for_partition(tp)
             if leader is None or leader < 0:
-                raise TopicNotFoundError(topic)
+                raise TransportError(f"{where}: the partition has no leader now")
             # No wait, no minimum, read uncommitted; the version is the one both sides speak.
             request = FetchRequest(0, 0, max_bytes, 0, [(topic, [(partition, offset, max_bytes)])])
             response = await client.send(leader, request)

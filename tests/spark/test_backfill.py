@@ -197,3 +197,68 @@ def test_the_job_command_and_its_bad_input(tmp_path: Path) -> None:
     done = run("--job", "jobs:amounts", "--to-topic", "amounts", "--source", "orders")
     assert done.returncode == 0, done.stderr
     assert "orders: 40 offsets read, 40 records written to topic amounts" in done.stdout
+
+
+def test_the_backfill_command_through_a_broker_before_any_worker_ran(tmp_path: Path) -> None:
+    """A new user's first backfill: the app is on ``kafka://`` (a ``streamkit broker`` with its
+    default of one partition per auto-created topic), only the source topic exists, and no
+    worker ever created the tables' changelogs. Looking a changelog up must not create it (it
+    did, with one partition, and the writes to partitions 1 and 2 then failed with aiokafka's
+    ``AssertionError: Unrecognized partition``): each is created with the app's partition
+    count and written at once."""
+    import os
+    import subprocess
+
+    import streamkit as sk
+    from streamkit._core.partitioner import partition_for_key
+    from streamkit.log.records import NewRecord
+    from streamkit.transport.kafka_tools import KafkaTools
+    from tests.broker.broker_helpers import BrokerProcess
+
+    broker = BrokerProcess(tmp_path / "owned").start(same_port=False)
+    try:
+        loader = sk.App("loader")
+        orders = loader.topic("orders", key_type=str, value_type=dict, partitions=3)
+        by_partition: dict[int, list[NewRecord]] = {}
+        for i, (key, order) in enumerate(ORDERS[:60]):
+            raw_key = orders.key_serde.dumps(key)
+            by_partition.setdefault(partition_for_key(raw_key, 3), []).append(
+                NewRecord(raw_key, orders.value_serde.dumps(order), 1_700_000_000_000 + i, ())
+            )
+
+        async def load() -> None:
+            async with KafkaTools(broker.bootstrap) as tools:
+                await tools.create_topic("orders", 3, {})
+                for p, records in by_partition.items():
+                    await tools.produce("orders", p, records)
+
+        asyncio.run(load())
+        streamkit = str(Path(sys.executable).parent / "streamkit")
+        env = {**os.environ, "BF_BROKER": f"kafka://{broker.bootstrap}", "PYTHONPATH": os.pathsep.join(
+            [str(HERE), *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])]
+        ), "TMPDIR": str(tmp_path)}
+        done = subprocess.run(
+            [streamkit, "backfill", "-A", "backfill_app:app", "--table", "orders_per_user", "--table", "latest_amount",
+             "--master", "local[2]"],
+            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "orders_per_user: 60 records read, 5 keys written" in done.stdout
+        assert "latest_amount: 60 records read, 60 keys written" in done.stdout
+
+        async def written() -> tuple[dict[str, list[int]], dict[int, int]]:
+            async with KafkaTools(broker.bootstrap) as tools:
+                changelogs = {
+                    name: [p.high_watermark for p in (await tools.describe_topic(name)).partitions]
+                    for name in await tools.list_topics() if name.endswith("-changelog")
+                }
+                return changelogs, await tools.committed("bf", "orders")
+
+        changelogs, committed = asyncio.run(written())
+        assert sorted(changelogs) == ["bf-latest_amount-changelog", "bf-orders_per_user-changelog"]
+        assert all(len(ends) == 3 for ends in changelogs.values()), changelogs  # the app's count, not the broker's 1
+        assert sum(changelogs["bf-orders_per_user-changelog"]) == 5
+        assert sum(changelogs["bf-latest_amount-changelog"]) == 60
+        assert committed == {p: len(records) for p, records in by_partition.items()}
+    finally:
+        assert broker.stop() == 0, broker.stderr()

@@ -1,0 +1,120 @@
+"""Creating a topic and writing to it at once, over the Kafka protocol (a real ``streamkit broker``).
+
+A writer may only append where the cluster's metadata shows a partition, and aiokafka's producer
+asserts that its own cached metadata does: a lookup that auto-creates a topic (with the broker's
+default partition count), or a producer whose metadata predates the topic's current shape, made
+a write fail with aiokafka's ``AssertionError: Unrecognized partition``. These tests hold the
+fix: lookups never create, creation returns once every partition answers, and every writer
+waits for its metadata to show the partition or says in one line which partition is missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from streamkit._core.errors import StreamkitError
+from streamkit.log.records import NewRecord
+from streamkit.transport.base import TransportError
+from streamkit.transport.kafka import KafkaLogClient
+from streamkit.transport.kafka_tools import KafkaTools, PartitionNotFoundError, TopicNotFoundError
+from tests.broker.broker_helpers import BrokerProcess
+
+RECORDS = [NewRecord(b"k", b"v", 1_700_000_000_000, ())]
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    # One partition by default, as ``streamkit broker`` starts: an auto-created topic has 1.
+    proc = BrokerProcess(tmp_path_factory.mktemp("race") / "data").start(same_port=False)
+    yield proc
+    assert proc.stop() == 0, proc.stderr()
+    assert "Traceback" not in proc.stderr(), proc.stderr()
+
+
+def test_a_lookup_creates_nothing_and_a_new_topic_takes_writes_at_once(broker: BrokerProcess) -> None:
+    """The backfill's order: look the changelog up, create it, write every partition of it."""
+
+    async def scenario() -> None:
+        client = KafkaLogClient(broker.bootstrap)
+        await client.start()
+        try:
+            assert await client.partition_count("fresh-changelog") is None
+            assert await client.partition_count("fresh-changelog") is None  # still: the lookup made nothing
+            assert await client.ensure_topic("fresh-changelog", 3, {"cleanup.policy": "compact"}) == 3
+            assert await client.ensure_topic("fresh-changelog", 5) == 3  # exists: its own count
+        finally:
+            await client.aclose()
+        async with KafkaTools(broker.bootstrap) as tools:
+            assert [p.partition for p in (await tools.describe_topic("fresh-changelog")).partitions] == [0, 1, 2]
+            assert await tools.produce("fresh-changelog", 2, RECORDS) == 0
+            await tools.create_topic("fresh-topic", 4, {})
+            assert await tools.produce("fresh-topic", 3, RECORDS) == 0  # created, then written at once
+
+    asyncio.run(scenario())
+
+
+def test_a_producer_that_knew_an_older_topic_of_that_name_writes_to_the_new_one(broker: BrokerProcess) -> None:
+    """Another client deletes the topic and creates it again with more partitions: this
+    producer's metadata still shows one partition, and must learn the new ones before it writes."""
+
+    async def scenario() -> None:
+        async with KafkaTools(broker.bootstrap) as writer, KafkaTools(broker.bootstrap) as other:
+            await writer.create_topic("reborn", 1, {})
+            assert await writer.produce("reborn", 0, RECORDS) == 0
+            await other.delete_topic("reborn")
+            await other.create_topic("reborn", 3, {})
+            assert await writer.produce("reborn", 2, RECORDS) == 0
+            await other.add_partitions("reborn", 5)
+            assert await writer.produce("reborn", 4, RECORDS) == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_partition_or_topic_that_does_not_exist_is_a_clear_error(broker: BrokerProcess) -> None:
+    async def scenario() -> None:
+        async with KafkaTools(broker.bootstrap) as tools:
+            await tools.create_topic("three", 3, {})
+            for partition in (3, 7, -1):
+                with pytest.raises(PartitionNotFoundError) as caught:
+                    await tools.produce("three", partition, RECORDS)
+                message = str(caught.value)
+                assert message == f"cannot produce to three-{partition}: topic 'three' has partitions 0 to 2"
+                assert isinstance(caught.value, StreamkitError) and "\n" not in message
+            with pytest.raises(TopicNotFoundError, match="unknown topic 'never-made'"):
+                await tools.produce("never-made", 0, RECORDS)
+            assert "never-made" not in await tools.list_topics()  # producing did not create it
+            assert await tools.produce("three", 2, RECORDS) == 0  # the tools still work
+
+    asyncio.run(scenario())
+
+
+def test_the_worker_producer_names_a_missing_partition(broker: BrokerProcess) -> None:
+    """The worker's Kafka producer fails the batch with the same one-line reason, not aiokafka's
+    assertion, and goes on delivering other partitions."""
+
+    async def scenario() -> None:
+        client = KafkaLogClient(broker.bootstrap)
+        await client.start()
+        try:
+            assert await client.ensure_topic("worker-out", 2) == 2
+            producer = client.producer()
+            await producer.start()
+            try:
+                bad = await producer.send("worker-out", b"k", b"v", partition=2)
+                good = await producer.send("worker-out", b"k", b"v", partition=1)
+                with pytest.raises(TransportError) as caught:
+                    await producer.flush()
+                assert "topic 'worker-out' has partitions 0 to 1" in str(caught.value)
+                assert "Assertion" not in str(caught.value) and "Unrecognized" not in str(caught.value)
+                with pytest.raises(TransportError, match="has partitions 0 to 1"):
+                    await bad
+                assert (await good).offset == 0
+            finally:
+                await producer.aclose()
+        finally:
+            await client.aclose()
+
+    asyncio.run(scenario())
