@@ -427,10 +427,28 @@ class KafkaTools:
         """The log start offset and high watermark of ``topic``-``partition``."""
         tp = KafkaTP(topic, partition)
         consumer = await self._fetch_consumer()
-        async with _errors(f"cannot read the offsets of {topic}-{partition}"):
-            starts = await consumer.beginning_offsets([tp])
-            ends = await consumer.end_offsets([tp])
+        where = f"cannot read the offsets of {topic}-{partition}"
+        try:
+            async with _errors(where):
+                starts = await consumer.beginning_offsets([tp])
+                ends = await consumer.end_offsets([tp])
+        except TransportError as exc:
+            missing = await self._missing(topic, partition, where)
+            if missing is None:
+                raise
+            raise missing from exc
         return int(starts[tp]), int(ends[tp])
+
+    async def _missing(self, topic: str, partition: int, where: str) -> TransportError | None:
+        """Why a read of ``topic``-``partition`` got no answer, when the reason is that the
+        cluster has no such topic or partition (aiokafka's consumer waits for it until its
+        timeout and then says only that it timed out); else None."""
+        found = (await self._partition_counts(internal_too=True)).get(topic)
+        if found is None:
+            return TopicNotFoundError(topic)
+        if not 0 <= partition < found[0]:
+            return PartitionNotFoundError(where, topic, partition, found[0])
+        return None
 
     async def _partition_counts(self, *, internal_too: bool = False) -> dict[str, tuple[int, bool]]:
         """(partition count, internal) of every topic, from the Metadata of all topics."""
@@ -552,6 +570,10 @@ class KafkaTools:
             if records or (high_watermark is not None and position >= high_watermark):
                 return FetchResult(records, position, max(position, high_watermark or 0))
             if time.monotonic() >= deadline:
+                missing = await self._missing(topic, partition, where)
+                if missing is not None:
+                    await self._stop_fetcher()  # no longer assigned a partition that is not there
+                    raise missing
                 raise TransportError(f"{where}: no answer from the broker in time")
 
     async def fetch_batches(self, topic: str, partition: int, offset: int, max_bytes: int) -> RawFetch:

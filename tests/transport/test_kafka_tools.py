@@ -87,6 +87,13 @@ def test_a_partition_or_topic_that_does_not_exist_is_a_clear_error(broker: Broke
                 await tools.produce("never-made", 0, RECORDS)
             assert "never-made" not in await tools.list_topics()  # producing did not create it
             assert await tools.produce("three", 2, RECORDS) == 0  # the tools still work
+        # Reads: aiokafka's consumer waits for a partition it does not know until its timeout,
+        # then says only that; the error says what is missing.
+        async with KafkaTools(broker.bootstrap, request_timeout_ms=1_000) as tools:
+            for read in (tools.offsets("three", 3), tools.fetch("three", 3, 0, 1 << 20)):
+                with pytest.raises(PartitionNotFoundError, match=r"three-3: topic 'three' has partitions 0 to 2$"):
+                    await read
+            assert (await tools.fetch("three", 2, 0, 1 << 20)).records[0].value == b"v"
 
     asyncio.run(scenario())
 
