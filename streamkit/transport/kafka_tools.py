@@ -229,6 +229,59 @@ async def wait_for_partition(client: AIOKafkaClient, topic: str, partition: int,
             await client.force_metadata_update()
 
 
+async def wait_until_answering(client: AIOKafkaClient, name: str, where: str, *, at_least: int, timeout_s: float) -> int:
+    """Wait until topic ``name`` shows at least ``at_least`` partitions, each with a leader that
+    answers ListOffsets for it; its partition count. Kafka answers CreateTopics and
+    CreatePartitions before every broker's metadata shows the partitions and before their
+    leaders serve them ("not leader" for a moment); its advice is to wait so. The lookups read
+    the Metadata of all topics: none may auto-create the topic waited for.
+    """
+    deadline = time.monotonic() + timeout_s
+    waiting_for = "the topic to appear in the cluster's metadata"
+    while True:
+        async with _errors(where):
+            cluster = await client.fetch_all_metadata()
+        numbers = sorted(cluster.partitions_for_topic(name) or ())
+        by_leader: dict[int, list[int]] = {}
+        for p in numbers:
+            by_leader.setdefault(cluster.leader_for_partition(KafkaTP(name, p)), []).append(p)
+        if numbers and len(numbers) < at_least:
+            waiting_for = f"{at_least} partitions in the cluster's metadata (it shows {len(numbers)})"
+        elif numbers and -1 in by_leader:
+            waiting_for = f"a leader for partitions {by_leader[-1]}"
+        elif numbers:
+            silent = await _not_answering(client, name, by_leader, where)
+            if not silent:
+                return len(numbers)
+            waiting_for = f"partitions {silent} to answer ListOffsets"
+        if time.monotonic() >= deadline:
+            raise TransportError(f"{where}: waited {timeout_s:g} s for {waiting_for}")
+        await asyncio.sleep(_RETRY_S)
+
+
+async def _not_answering(client: AIOKafkaClient, name: str, by_leader: Mapping[int, list[int]], where: str) -> list[int]:
+    """The partitions of ``name`` whose leader does not answer ListOffsets for them yet (a
+    retriable error, or no connection to it yet); a refusal for good raises."""
+    silent: list[int] = []
+    for leader, numbers in sorted(by_leader.items()):
+        try:
+            response = await client.send(leader, OffsetRequest(-1, 0, [(name, [(p, _LATEST) for p in numbers])]))
+        except KafkaError as exc:
+            if not getattr(exc, "retriable", False) and not isinstance(exc, KafkaConnectionError):
+                raise TransportError(f"{where}: {exc}") from exc
+            silent.extend(numbers)
+            continue
+        answered: set[int] = set()
+        for _topic, parts in response.topics:
+            for number, code, *_rest in parts:
+                if code and not getattr(for_code(code), "retriable", False):
+                    raise _rejected(where, code, None)
+                if not code:
+                    answered.add(number)
+        silent.extend(p for p in numbers if p not in answered)
+    return sorted(silent)
+
+
 class KafkaTools:
     """Connections to one cluster, opened as they are first needed and closed by ``aclose``.
 
@@ -302,6 +355,7 @@ class KafkaTools:
     async def _create(self, name: str, partitions: int, config: Mapping[str, str], *, exist_ok: bool) -> int:
         where = f"cannot create topic {name!r}"
         admin = await self._admin_client()
+        created = False
         try:
             async with _errors(where):
                 response = await admin.create_topics([NewTopic(name, partitions, 1, topic_configs=dict(config))])
@@ -312,58 +366,11 @@ class KafkaTools:
             for topic, code, *rest in response.topic_errors:
                 if topic == name and code and not (exist_ok and code == _EXISTS):
                     raise _rejected(where, code, rest[0] if rest else None)
-        return await self._wait_until_answering(name, where)
-
-    async def _wait_until_answering(self, name: str, where: str) -> int:
-        """Wait until every partition of ``name`` has a leader that answers ListOffsets; its
-        partition count. Kafka answers CreateTopics and CreatePartitions before every broker's
-        metadata shows the partitions and before their leaders serve them ("not leader" for a
-        moment); the broker's advice is to wait so. The lookups use the Metadata of all topics:
-        none of them may auto-create the topic it waits for."""
-        client = await self._raw_client()
-        deadline = time.monotonic() + self.request_timeout_ms / 1000
-        waiting_for = "the topic to appear in the cluster's metadata"
-        while True:
-            async with _errors(where):
-                cluster = await client.fetch_all_metadata()
-            numbers = sorted(cluster.partitions_for_topic(name) or ())
-            by_leader: dict[int, list[int]] = {}
-            for p in numbers:
-                by_leader.setdefault(cluster.leader_for_partition(KafkaTP(name, p)), []).append(p)
-            if numbers and -1 in by_leader:
-                waiting_for = f"a leader for partitions {by_leader[-1]}"
-            elif numbers:
-                silent = await self._not_answering(client, name, by_leader, where)
-                if not silent:
-                    return len(numbers)
-                waiting_for = f"partitions {silent} to answer ListOffsets"
-            if time.monotonic() >= deadline:
-                raise TransportError(f"{where}: created, but waited {self.request_timeout_ms} ms for {waiting_for}")
-            await asyncio.sleep(_RETRY_S)
-
-    async def _not_answering(
-        self, client: AIOKafkaClient, name: str, by_leader: Mapping[int, list[int]], where: str
-    ) -> list[int]:
-        """The partitions of ``name`` whose leader does not answer ListOffsets for them yet
-        (a retriable error, or no connection to it yet); a refusal for good raises."""
-        silent: list[int] = []
-        for leader, numbers in sorted(by_leader.items()):
-            try:
-                response = await client.send(leader, OffsetRequest(-1, 0, [(name, [(p, _LATEST) for p in numbers])]))
-            except KafkaError as exc:
-                if not getattr(exc, "retriable", False) and not isinstance(exc, KafkaConnectionError):
-                    raise TransportError(f"{where}: {exc}") from exc
-                silent.extend(numbers)
-                continue
-            answered: set[int] = set()
-            for _topic, parts in response.topics:
-                for number, code, *_rest in parts:
-                    if code and not getattr(for_code(code), "retriable", False):
-                        raise _rejected(where, code, None)
-                    if not code:
-                        answered.add(number)
-            silent.extend(p for p in numbers if p not in answered)
-        return sorted(silent)
+                created = created or (topic == name and not code)
+        return await wait_until_answering(
+            await self._raw_client(), name, where, at_least=partitions if created else 1,
+            timeout_s=self.request_timeout_ms / 1000,
+        )
 
     async def add_partitions(self, name: str, total: int) -> None:
         """Grow topic ``name`` to ``total`` partitions (CreatePartitions)."""
@@ -382,7 +389,10 @@ class KafkaTools:
                 raise _rejected(f"cannot add partitions to topic {name!r}", cause.errno, broker_says) from exc
             raise
         await self._forget(name)  # clients that cached the old partition count
-        await self._wait_until_answering(name, f"cannot add partitions to topic {name!r}")
+        await wait_until_answering(
+            await self._raw_client(), name, f"cannot add partitions to topic {name!r}", at_least=total,
+            timeout_s=self.request_timeout_ms / 1000,
+        )
 
     async def delete_topic(self, name: str) -> None:
         await self._forget(name)
