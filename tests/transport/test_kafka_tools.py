@@ -73,6 +73,22 @@ def test_a_producer_that_knew_an_older_topic_of_that_name_writes_to_the_new_one(
     asyncio.run(scenario())
 
 
+def test_a_writer_a_moment_early_waits_for_the_topic_instead_of_creating_it(broker: BrokerProcess) -> None:
+    """A write that comes just before another client creates the topic: naming the topic in a
+    metadata request would auto-create it with the broker's one partition (and the creation
+    would then fail as 'already exists'); the writer waits for it instead."""
+
+    async def scenario() -> None:
+        async with KafkaTools(broker.bootstrap) as writer, KafkaTools(broker.bootstrap) as creator:
+            early = asyncio.ensure_future(writer.produce("later", 2, RECORDS))
+            await asyncio.sleep(0.5)
+            await creator.create_topic("later", 3, {})
+            assert await early == 0
+            assert len((await creator.describe_topic("later")).partitions) == 3
+
+    asyncio.run(scenario())
+
+
 def test_a_partition_or_topic_that_does_not_exist_is_a_clear_error(broker: BrokerProcess) -> None:
     async def scenario() -> None:
         async with KafkaTools(broker.bootstrap) as tools:
