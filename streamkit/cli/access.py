@@ -31,7 +31,7 @@ from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from streamkit._core.errors import ConfigError
 from streamkit._core.runner import run_to_end
@@ -49,7 +49,9 @@ from streamkit.log.producers import (
 )
 from streamkit.log.records import NewRecord, Record, decode_batches
 from streamkit.transport.base import TransportError
-from streamkit.transport.kafka_tools import FetchOutOfRangeError, KafkaTools
+
+if TYPE_CHECKING:
+    from streamkit.transport.kafka_tools import KafkaTools
 
 DEFAULT_DATA_DIR = ".streamkit"
 
@@ -306,12 +308,18 @@ class BrokerAccess:
     """
 
     def __init__(self, bootstrap: str) -> None:
+        # The Kafka client is imported only on this path: a command on a data directory that
+        # nobody else owns never loads it (see cli/main.py on start-up).
+        from streamkit.transport.kafka_tools import KafkaTools
+
         self.bootstrap = bootstrap
         self._tools = KafkaTools(bootstrap)
         self._committed_tools: KafkaTools | None = None  # a read_committed fetch consumer
         self._runner: asyncio.Runner | None = None
 
     def _run(self, work: Coroutine[Any, Any, _T]) -> _T:
+        from streamkit.transport.kafka_tools import FetchOutOfRangeError  # loaded by __init__
+
         if self._runner is None:
             _quiet_aiokafka()
             self._runner = asyncio.Runner()
@@ -357,6 +365,8 @@ class BrokerAccess:
         tools = self._tools
         if read_committed:
             if self._committed_tools is None:
+                from streamkit.transport.kafka_tools import KafkaTools
+
                 self._committed_tools = KafkaTools(self.bootstrap, isolation_level="read_committed")
             tools = self._committed_tools
         got = self._run(tools.fetch(topic, partition, offset, max_bytes))

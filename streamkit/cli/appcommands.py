@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import click
 
-from streamkit._core.clock import SYSTEM_CLOCK
-from streamkit.app import App, Command
-from streamkit.runtime.sender import RuntimeSender
-from streamkit.topics import Topic
-from streamkit.transport.base import open_log_client
+if TYPE_CHECKING:
+    from streamkit.app import App, Command
+    from streamkit.topics import Topic
 
 
 def option(*args: Any, show_default: bool = True, **kwargs: Any) -> Any:
@@ -73,6 +71,12 @@ def click_command(app: App, command: Command) -> click.Command:
 
 
 async def run_command(app: App, command: Command, params: dict[str, Any]) -> None:
+    # Imported when a command runs, not when ``streamkit.cli`` is: the command line starts
+    # without the runtime (see cli/main.py on start-up).
+    from streamkit._core.clock import SYSTEM_CLOCK
+    from streamkit.runtime.sender import RuntimeSender
+    from streamkit.transport.base import open_log_client
+
     if app.sender is not None:  # a worker (or a caller) already sends for this app
         await _call(app, command, params)
         return
