@@ -12,7 +12,6 @@ the command line ends with exit code 130 and no traceback (``cli/main.py``).
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import IO, TYPE_CHECKING, Any
 
@@ -62,6 +61,8 @@ def click_command(app: App, command: Command) -> click.Command:
     """The click command that runs ``command`` of ``app``."""
 
     def callback(**params: Any) -> None:
+        import asyncio  # not at import time: ``streamkit --help`` starts without the event loop
+
         asyncio.run(run_command(app, command, params))
 
     # click's decorators stack bottom-up; Faust lists them top-down.
