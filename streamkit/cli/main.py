@@ -13,9 +13,10 @@ code (``--help`` and ``--version`` work as usual):
 
 Start-up stays cheap: a subcommand's module is imported only when that subcommand runs (or
 its own ``--help`` is asked for), so ``streamkit --help`` and the log commands on a data
-directory load neither the worker runtime, the wire-protocol server, the HTTP server, the
-Kafka client (aiokafka), RocksDB nor Spark. The top-level ``--help`` lists each command from
-its one-line summary kept in ``COMMANDS``; a test holds each summary to its command's help.
+directory load none of the worker runtime, the wire-protocol server, the HTTP server, the
+Kafka client (aiokafka), RocksDB, Spark or even asyncio (``cli/access.py`` imports those for
+a broker only). The top-level ``--help`` lists each command from its one-line summary kept in
+``COMMANDS``; ``tests/cli/test_cli_startup.py`` holds each summary to its command's help.
 """
 
 from __future__ import annotations
