@@ -3,22 +3,31 @@
     >>> import streamkit as sk
     >>> app = sk.App("hello")
     >>> sorted(n for n in sk.__all__ if n[0].isupper())[:4]
-    ['Agent', 'App', 'ConfigError', 'Event']
+    ['Agent', 'AgentT', 'App', 'ChannelT']
 
-Importing this package stays cheap: it loads no RocksDB, Spark or Kafka client.
+Importing this package stays cheap: it loads no RocksDB, Spark or Kafka client, and none of
+the names below until one is first used (``sk.App``, ``from streamkit import App``), so a
+program that needs only a part of streamkit (the ``streamkit`` command line, the log) does not
+pay for the rest. A subpackage is reached the same way (``sk.windows.Tumbling``).
 """
 
-from streamkit._core.errors import ConfigError, StreamkitError
-from streamkit._core.record import Record
-from streamkit._core.serde import Serde, SerdeError
-from streamkit._core.types import TopicPartition
-from streamkit.agents import Agent
-from streamkit.app import App
-from streamkit.conf import Settings
-from streamkit.services import Service
-from streamkit.streams import Event, Stream
-from streamkit.topics import Topic
-from streamkit.typenames import AgentT, ChannelT, EventT, StreamT, TableT, TopicT, uuid
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from streamkit._core.errors import ConfigError, StreamkitError
+    from streamkit._core.record import Record
+    from streamkit._core.serde import Serde, SerdeError
+    from streamkit._core.types import TopicPartition
+    from streamkit.agents import Agent
+    from streamkit.app import App
+    from streamkit.conf import Settings
+    from streamkit.services import Service
+    from streamkit.streams import Event, Stream
+    from streamkit.topics import Topic
+    from streamkit.typenames import AgentT, ChannelT, EventT, StreamT, TableT, TopicT, uuid
 
 __all__ = [
     "Agent",
@@ -45,3 +54,46 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+# Where each public name is defined; imported on first use (PEP 562).
+_EXPORTS = {
+    "ConfigError": "streamkit._core.errors",
+    "StreamkitError": "streamkit._core.errors",
+    "Record": "streamkit._core.record",
+    "Serde": "streamkit._core.serde",
+    "SerdeError": "streamkit._core.serde",
+    "TopicPartition": "streamkit._core.types",
+    "Agent": "streamkit.agents",
+    "App": "streamkit.app",
+    "Settings": "streamkit.conf",
+    "Service": "streamkit.services",
+    "Event": "streamkit.streams",
+    "Stream": "streamkit.streams",
+    "Topic": "streamkit.topics",
+    "AgentT": "streamkit.typenames",
+    "ChannelT": "streamkit.typenames",
+    "EventT": "streamkit.typenames",
+    "StreamT": "streamkit.typenames",
+    "TableT": "streamkit.typenames",
+    "TopicT": "streamkit.typenames",
+    "uuid": "streamkit.typenames",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value  # the next lookup is a plain attribute
+        return value
+    if not name.startswith("_"):
+        try:
+            return importlib.import_module(f"{__name__}.{name}")  # sk.windows, sk.testing, ...
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

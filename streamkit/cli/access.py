@@ -24,17 +24,15 @@ next record to read.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from streamkit._core.errors import ConfigError
-from streamkit._core.runner import run_to_end
 from streamkit._core.types import TopicPartition
 from streamkit.log.compression import CODEC_IDS
 from streamkit.log.errors import DataDirLockedError, OffsetOutOfRangeError
@@ -48,8 +46,11 @@ from streamkit.log.producers import (
     scan_state,
 )
 from streamkit.log.records import NewRecord, Record, decode_batches
-from streamkit.transport.base import TransportError
-from streamkit.transport.kafka_tools import FetchOutOfRangeError, KafkaTools
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from streamkit.transport.kafka_tools import KafkaTools
 
 DEFAULT_DATA_DIR = ".streamkit"
 
@@ -306,12 +307,21 @@ class BrokerAccess:
     """
 
     def __init__(self, bootstrap: str) -> None:
+        # The Kafka client and asyncio are imported only on this path: a command on a data
+        # directory that nobody else owns loads neither (see cli/main.py on start-up).
+        from streamkit.transport.kafka_tools import KafkaTools
+
         self.bootstrap = bootstrap
         self._tools = KafkaTools(bootstrap)
         self._committed_tools: KafkaTools | None = None  # a read_committed fetch consumer
         self._runner: asyncio.Runner | None = None
 
     def _run(self, work: Coroutine[Any, Any, _T]) -> _T:
+        import asyncio
+
+        from streamkit._core.runner import run_to_end
+        from streamkit.transport.kafka_tools import FetchOutOfRangeError  # loaded by __init__
+
         if self._runner is None:
             _quiet_aiokafka()
             self._runner = asyncio.Runner()
@@ -357,6 +367,8 @@ class BrokerAccess:
         tools = self._tools
         if read_committed:
             if self._committed_tools is None:
+                from streamkit.transport.kafka_tools import KafkaTools
+
                 self._committed_tools = KafkaTools(self.bootstrap, isolation_level="read_committed")
             tools = self._committed_tools
         got = self._run(tools.fetch(topic, partition, offset, max_bytes))
@@ -474,6 +486,8 @@ def connect_to_owner(data_dir: Path) -> BrokerAccess | None:
     owner = owner_address(data_dir)
     if owner is None:
         return None
+    from streamkit.transport.base import TransportError  # loaded by BrokerAccess
+
     host, port = owner
     access = BrokerAccess(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
     try:

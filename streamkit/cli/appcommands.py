@@ -12,17 +12,14 @@ the command line ends with exit code 130 and no traceback (``cli/main.py``).
 
 from __future__ import annotations
 
-import asyncio
 import json
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import click
 
-from streamkit._core.clock import SYSTEM_CLOCK
-from streamkit.app import App, Command
-from streamkit.runtime.sender import RuntimeSender
-from streamkit.topics import Topic
-from streamkit.transport.base import open_log_client
+if TYPE_CHECKING:
+    from streamkit.app import App, Command
+    from streamkit.topics import Topic
 
 
 def option(*args: Any, show_default: bool = True, **kwargs: Any) -> Any:
@@ -64,6 +61,8 @@ def click_command(app: App, command: Command) -> click.Command:
     """The click command that runs ``command`` of ``app``."""
 
     def callback(**params: Any) -> None:
+        import asyncio  # not at import time: ``streamkit --help`` starts without the event loop
+
         asyncio.run(run_command(app, command, params))
 
     # click's decorators stack bottom-up; Faust lists them top-down.
@@ -73,6 +72,12 @@ def click_command(app: App, command: Command) -> click.Command:
 
 
 async def run_command(app: App, command: Command, params: dict[str, Any]) -> None:
+    # Imported when a command runs, not when ``streamkit.cli`` is: the command line starts
+    # without the runtime (see cli/main.py on start-up).
+    from streamkit._core.clock import SYSTEM_CLOCK
+    from streamkit.runtime.sender import RuntimeSender
+    from streamkit.transport.base import open_log_client
+
     if app.sender is not None:  # a worker (or a caller) already sends for this app
         await _call(app, command, params)
         return

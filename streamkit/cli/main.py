@@ -10,30 +10,30 @@ code (``--help`` and ``--version`` work as usual):
 * 130: interrupted by Ctrl-C, 143: by SIGTERM; either way the log is closed cleanly (a group's
   offsets committed) and no traceback is printed. When stdout's reader goes away (``| head``)
   click ends the command quietly with 1.
+
+Start-up stays cheap: a subcommand's module is imported only when that subcommand runs (or
+its own ``--help`` is asked for), so ``streamkit --help`` and the log commands on a data
+directory load none of the worker runtime, the wire-protocol server, the HTTP server, the
+Kafka client (aiokafka), RocksDB, Spark or even asyncio (``cli/access.py`` imports those for
+a broker only). The top-level ``--help`` lists each command from its one-line summary kept in
+``COMMANDS``; ``tests/cli/test_cli_startup.py`` holds each summary to its command's help.
 """
 
 from __future__ import annotations
 
 import copy
+import importlib
 import signal
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any, NoReturn
 
 import click
 
 from streamkit._core.errors import StreamkitError
-from streamkit.cli.apps import agents, send, worker
-from streamkit.cli.backfill import backfill
-from streamkit.cli.broker import broker_command
-from streamkit.cli.consume import consume
-from streamkit.cli.logtools import log_
-from streamkit.cli.produce import produce
-from streamkit.cli.tables import tables
-from streamkit.cli.topics import topics
 from streamkit.log.errors import InvalidRecordError, LogClosedError
-from streamkit.runtime.tasks import AgentFailedError
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -49,8 +49,91 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise Terminated()
 
 
+@dataclass(frozen=True, slots=True)
+class LazyCommand:
+    """Where a subcommand is defined (``module``, ``attr``) and its one-line ``summary``."""
+
+    module: str
+    attr: str
+    summary: str
+
+
+# Every streamkit subcommand. ``summary`` is the first sentence of the command's docstring, which
+# click shortens to fit the ``--help`` listing.
+COMMANDS: dict[str, LazyCommand] = {
+    "agents": LazyCommand(
+        "streamkit.cli.apps", "agents", "List an app's agents with their input topics, repartition topics and sinks."
+    ),
+    "backfill": LazyCommand(
+        "streamkit.cli.backfill",
+        "backfill",
+        "Recompute declared tables (app.stream(...)...count(NAME), windowed ones included) over the "
+        "log's history on Spark, write them to their changelogs, and move the app's group past what "
+        "was read, so a worker started afterwards serves the results and processes only newer records.",
+    ),
+    "broker": LazyCommand(
+        "streamkit.cli.broker",
+        "broker_command",
+        "Serve the log in --data-dir to Kafka clients over the Kafka wire protocol.",
+    ),
+    "consume": LazyCommand(
+        "streamkit.cli.consume", "consume", "Print the records of TOPIC to stdout, one value per line."
+    ),
+    "log": LazyCommand(
+        "streamkit.cli.logtools", "log_", "Inspect segment files and check a data directory (read-only)."
+    ),
+    "produce": LazyCommand("streamkit.cli.produce", "produce", "Write each line of stdin as a record to TOPIC."),
+    "send": LazyCommand(
+        "streamkit.cli.apps",
+        "send",
+        "Send one record to TOPIC, serialized as the app declares it (JSON for typed values).",
+    ),
+    "tables": LazyCommand(
+        "streamkit.cli.tables", "tables", "Query an app's tables: through a running worker, or its state directory."
+    ),
+    "topics": LazyCommand("streamkit.cli.topics", "topics", "Create, list, describe, alter and delete topics."),
+    "worker": LazyCommand(
+        "streamkit.cli.apps", "worker", "Run an app's agents, timers and tasks until SIGTERM or Ctrl-C."
+    ),
+}
+
+
+def load_command(name: str) -> click.Command:
+    """Import the module that defines streamkit's subcommand ``name`` and return the command."""
+    spec = COMMANDS[name]
+    command: click.Command = getattr(importlib.import_module(spec.module), spec.attr)
+    return command
+
+
 class StreamkitGroup(click.Group):
-    """A click group whose standalone run reports errors in one line (see the module doc)."""
+    """A click group whose standalone run reports errors in one line (see the module doc).
+
+    Subcommands in ``COMMANDS`` are loaded when first asked for; a command added to
+    ``commands`` (an app's own, in ``main_for_app``) takes precedence over one of the same name.
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = self.commands.get(cmd_name)
+        if command is None and cmd_name in COMMANDS:
+            command = load_command(cmd_name)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """click's listing, from each lazy command's summary instead of the command itself."""
+        rows: list[tuple[str, click.Command]] = []
+        for name in self.list_commands(ctx):
+            command = self.commands.get(name)
+            if command is None:
+                command = click.Command(name, help=COMMANDS[name].summary)
+            if not command.hidden:
+                rows.append((name, command))
+        if rows:
+            limit = formatter.width - 6 - max(len(name) for name, _ in rows)
+            with formatter.section("Commands"):
+                formatter.write_dl([(name, command.get_short_help_str(limit)) for name, command in rows])
 
     def main(
         self,
@@ -82,16 +165,23 @@ class StreamkitGroup(click.Group):
             sys.exit(EXIT_TERMINATED)
         except KeyboardInterrupt:
             sys.exit(EXIT_INTERRUPTED)
-        except (InvalidRecordError, LogClosedError, AgentFailedError) as exc:
+        except (InvalidRecordError, LogClosedError) as exc:
             _fail(str(exc), EXIT_FAILURE)
         except StreamkitError as exc:
-            _fail(str(exc), EXIT_USAGE)
+            _fail(str(exc), EXIT_FAILURE if _is_agent_failure(exc) else EXIT_USAGE)
         except OSError as exc:
             _fail(_os_message(exc), EXIT_FAILURE)
         finally:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
         sys.exit(result if isinstance(result, int) else 0)
+
+
+def _is_agent_failure(exc: StreamkitError) -> bool:
+    """A worker's agent kept failing: imported here, only a worker (which loaded it) raises it."""
+    from streamkit.runtime.tasks import AgentFailedError
+
+    return isinstance(exc, AgentFailedError)
 
 
 def _fail(message: str, code: int) -> NoReturn:
@@ -120,17 +210,6 @@ def cli() -> None:
     a data directory to Kafka clients.
     """
 
-
-cli.add_command(topics)
-cli.add_command(produce)
-cli.add_command(consume)
-cli.add_command(log_)
-cli.add_command(broker_command)
-cli.add_command(worker)
-cli.add_command(agents)
-cli.add_command(send)
-cli.add_command(tables)
-cli.add_command(backfill)
 
 
 def main() -> None:
