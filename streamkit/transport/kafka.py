@@ -109,6 +109,9 @@ class KafkaLogClient:
             except KafkaError as exc:
                 await admin.close()
                 raise TransportError(f"cannot reach Kafka at {self.bootstrap_servers}: {exc}") from exc
+            except asyncio.CancelledError:  # a stop while it waited for the log
+                await admin.close()
+                raise
             self._admin = admin
 
     async def aclose(self) -> None:
@@ -257,10 +260,12 @@ class KafkaProducer:
             producer = self._kafka()
             try:
                 await producer.start()
-            except KafkaError as exc:
-                await producer.stop()
+            except (KafkaError, asyncio.CancelledError) as exc:  # cancelled: a stop while it waited for the log
                 self._producer = None
-                raise TransportError(f"producer cannot connect: {exc}") from exc
+                await producer.stop()
+                if isinstance(exc, KafkaError):
+                    raise TransportError(f"producer cannot connect: {exc}") from exc
+                raise
             self._started = True
 
     async def aclose(self) -> None:
@@ -696,6 +701,9 @@ class KafkaConsumer:
         except KafkaError as exc:
             await self._consumer.stop()
             raise TransportError(f"consumer cannot connect: {exc}") from exc
+        except asyncio.CancelledError:  # a stop while it waited for the log
+            await abandon_consumer(self._consumer)
+            raise
         self._started = True
         if self._topics:
             listener = _Listener(self._listener) if self._listener is not None else ConsumerRebalanceListener()
