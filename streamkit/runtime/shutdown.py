@@ -24,9 +24,11 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 # A wait cancelled at the deadline ends its business without the log (cancelling tasks,
-# closing sockets): it gets this long, then one more cancellation (a ``finally`` that waits
-# for the log again), then it is left behind.
-ABANDON_S = 1.0
+# closing sockets), which takes a loop turn or two. One still running this long after is
+# waiting for the log again (a ``finally`` closing something gracefully): it is cancelled
+# again, up to ABANDON_ROUNDS times, then left behind.
+ABANDON_ROUND_S = 0.25
+ABANDON_ROUNDS = 8
 # Past the deadline a wait still gets this long before it is cancelled: closing a client with
 # nothing left to say takes a loop turn or two, and is not something given up.
 LATE_GRACE_S = 0.25
@@ -60,9 +62,9 @@ class StopDeadline:
             raise
         if not task.done():
             self.given_up.append(what)
-            for _ in range(2):
+            for _ in range(ABANDON_ROUNDS):
                 task.cancel()
-                await asyncio.wait([task], timeout=ABANDON_S)
+                await asyncio.wait([task], timeout=ABANDON_ROUND_S)
                 if task.done():
                     break
             else:
