@@ -3,8 +3,9 @@
 Lifecycle: ``start`` opens the transport, probes the agents' topologies and creates the
 topics, subscribes one consumer (group = app id) to every input and starts the
 loops; ``stop`` (or SIGTERM/Ctrl-C in the CLI) stops the tasks, commits what was processed and
-closes, waiting for a remote log no longer than ``shutdown_timeout`` (``shutdown.py``). The worker wires the parts together and owns the fetch and commit loops, dead
-letters and introspection; the parts live beside it:
+closes, waiting for a remote log no longer than ``shutdown_timeout`` (``shutdown.py``). The
+worker wires the parts together and owns the fetch and commit loops, dead letters and
+introspection; the parts live beside it:
 
 * ``topology.py``: the probed hops of each agent, the topics created for them, partition
   counts and their check against the declarations;
