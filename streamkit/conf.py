@@ -219,6 +219,10 @@ def _table() -> dict[str, Setting]:
     honoured("max_agent_failures", 10, _positive,
              "streamkit's own: an agent failing this many times in a row without processing a "
              "record stops the worker (it backs off from 0.1 s, doubling to 30 s, in between)")
+    honoured("shutdown_timeout", 30.0, _interval,
+             "streamkit's own: seconds a worker's stop (SIGTERM, Ctrl-C) may wait for the log (committing "
+             "offsets or transactions, leaving the group, closing clients); past it the worker gives up what "
+             "is left, says so in one line and exits (also `streamkit worker --shutdown-timeout`)")
     honoured("processing_guarantee", "at_least_once", _guarantee,
              "at_least_once, or exactly_once: per commit interval a task's outputs, changelog records "
              "and source offsets are committed in one transaction, consumers read committed only")

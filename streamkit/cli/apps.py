@@ -83,6 +83,14 @@ broker_option = click.option(
     show_default=True,
     help="Seconds between progress lines (records/s, lag); 0 turns them off.",
 )
+@click.option(
+    "--shutdown-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="How long a stop may wait for the log (commits, transactions, leaving the group) before it "
+    "gives up what is left and exits [default: the app's shutdown_timeout setting, 30].",
+)
 def worker(
     app_ref: str,
     broker: str | None,
@@ -92,14 +100,20 @@ def worker(
     loglevel: str,
     progress_interval: float,
     processing_guarantee: str | None = None,
+    shutdown_timeout: float | None = None,
 ) -> None:
     """Run an app's agents, timers and tasks until SIGTERM or Ctrl-C.
 
-    A graceful stop commits every processed offset before it exits.
+    A graceful stop commits every processed offset before it exits. It waits for the log at
+    most --shutdown-timeout seconds: past that (a broker gone or hung) it gives up what is
+    left, says so in one line, and exits as any stop does. A stop asked for while the worker
+    still starts ends the start.
     """
     app = load_app(app_ref)
     if processing_guarantee is not None:
         app.conf.processing_guarantee = processing_guarantee
+    if shutdown_timeout is not None:
+        app.conf.shutdown_timeout = shutdown_timeout
     logging.basicConfig(
         level=getattr(logging, loglevel.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -128,17 +142,17 @@ async def _run_worker(
             # Serving first: the worker tells its group this address when it joins.
             await web.start()
             worker.advertised_url = web.url
-        await worker.start()
-        _banner(app, worker)
-        if web is not None:
-            info(f"  web: {web.url}")
-            record_web_url(state_dir, web.url)
-        progress = asyncio.ensure_future(_progress(worker, progress_interval)) if progress_interval else None
-        try:
-            await worker.wait()
-        finally:
-            if progress is not None:
-                progress.cancel()
+        if await _start(worker):
+            _banner(app, worker)
+            if web is not None:
+                info(f"  web: {web.url}")
+                record_web_url(state_dir, web.url)
+            progress = asyncio.ensure_future(_progress(worker, progress_interval)) if progress_interval else None
+            try:
+                await worker.wait()
+            finally:
+                if progress is not None:
+                    progress.cancel()
     finally:
         info("streamkit worker: stopping (committing processed offsets)")
         if web is not None:
@@ -148,6 +162,26 @@ async def _run_worker(
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
     info(f"streamkit worker: stopped after {worker.stats.records_in} records")
+
+
+async def _start(worker: Worker) -> bool:
+    """Start ``worker``; False when a stop was asked for first (SIGTERM or Ctrl-C while the
+    start still waited for the log, say a broker that accepts connections and answers
+    nothing): the start is cancelled, and what it opened closes without waiting for the log.
+    A failure of either is raised."""
+    starting = asyncio.ensure_future(worker.start())
+    stopping = asyncio.ensure_future(worker.wait())
+    await asyncio.wait([starting, stopping], return_when=asyncio.FIRST_COMPLETED)
+    if starting.done():
+        stopping.cancel()
+        await asyncio.gather(stopping, return_exceptions=True)
+        starting.result()
+        return True
+    starting.cancel()
+    await asyncio.gather(starting, return_exceptions=True)
+    stopping.result()  # the failure that stopped it, if one did
+    info("streamkit worker: asked to stop while starting")
+    return False
 
 
 def _banner(app: App, worker: Worker) -> None:

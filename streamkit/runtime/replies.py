@@ -133,11 +133,4 @@ class ReplyConsumer:
         self._waiting.clear()
         reader, self._reader = self._reader, None
         if reader is not None:
-            try:
-                await reader.aclose()
-            except asyncio.CancelledError:
-                closing = asyncio.current_task()
-                if closing is not None and closing.cancelling():
-                    raise
-                # aiokafka's fetcher re-raises the cancellation of its own fetch on close
-                logger.debug("the reply reader's fetch was cancelled while closing")
+            await reader.aclose()  # a Kafka reader's close handles aiokafka's fetcher (``kafka_tools.py``)

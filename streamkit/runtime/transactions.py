@@ -92,8 +92,9 @@ class TaskProducers:
                 logger.warning("closing the producer of task %d: %s", partition, exc)
 
     async def aclose(self) -> None:
-        for partition in sorted(self.producers):
-            await self.close(partition)
+        # All at once: a stop that gives up on the log cancels this once, and each close,
+        # cancelled, ends without the log (``runtime/shutdown.py``).
+        await asyncio.gather(*(self.close(partition) for partition in sorted(self.producers)))
 
 
 class RoutingProducer:
@@ -108,10 +109,11 @@ class RoutingProducer:
         await self.default.start()
 
     async def aclose(self) -> None:
-        try:
-            await self.tasks.aclose()
-        finally:
-            await self.default.aclose()
+        # Both, at once (``TaskProducers.aclose``); the first failure is raised after both end.
+        results = await asyncio.gather(self.tasks.aclose(), self.default.aclose(), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
 
     async def send(
         self,

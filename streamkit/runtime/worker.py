@@ -3,8 +3,9 @@
 Lifecycle: ``start`` opens the transport, probes the agents' topologies and creates the
 topics, subscribes one consumer (group = app id) to every input and starts the
 loops; ``stop`` (or SIGTERM/Ctrl-C in the CLI) stops the tasks, commits what was processed and
-closes. The worker wires the parts together and owns the fetch and commit loops, dead
-letters and introspection; the parts live beside it:
+closes, waiting for a remote log no longer than ``shutdown_timeout`` (``shutdown.py``). The
+worker wires the parts together and owns the fetch and commit loops, dead letters and
+introspection; the parts live beside it:
 
 * ``topology.py``: the probed hops of each agent, the topics created for them, partition
   counts and their check against the declarations;
@@ -45,6 +46,7 @@ from streamkit.runtime.inbox import Inbox
 from streamkit.runtime.outputs import Forward, forwarder
 from streamkit.runtime.replies import ReplyConsumer
 from streamkit.runtime.sender import RuntimeSender
+from streamkit.runtime.shutdown import StopDeadline
 from streamkit.runtime.state import StateManager
 from streamkit.runtime.tasks import ChannelTask, PartitionTask
 from streamkit.runtime.timers import TimerRunner
@@ -369,9 +371,10 @@ class Worker:
         finally:
             if self.task_producers is not None:
                 # A task gone from here closes its producer (aborting what it did not commit).
+                # All at once, as ``TaskProducers.aclose`` (a stop's deadline cancels them together).
                 running = {tp.partition for tp in self.task_assignment.partitions()}
-                for partition in sorted(set(self.task_producers.producers) - running):
-                    await self.task_producers.close(partition)
+                closing = sorted(set(self.task_producers.producers) - running)
+                await asyncio.gather(*(self.task_producers.close(partition) for partition in closing))
         if not doomed:
             return
         self.committer.forget({tp for t in doomed for tp in t.inboxes if tp not in self.task_assignment.inboxes})
@@ -585,21 +588,35 @@ class Worker:
         for task in self._loops:
             task.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
+        # Every wait for the log from here on ends by one deadline (``shutdown.py``).
+        deadline = StopDeadline(
+            float(self.app.conf.shutdown_timeout), self.client.url, bounded=self.client.url.startswith("kafka://")
+        )
         try:
             if self.tasks:
-                await self.on_partitions_revoked({tp for t in self.tasks.values() for tp in t.inboxes})
+                held = {tp for t in self.tasks.values() for tp in t.inboxes}
+                what = (
+                    f"committing the transactions of {len({tp.partition for tp in held})} tasks"
+                    if self.committer.exactly_once
+                    else f"committing offsets of {len(held)} partitions"
+                )
+                await deadline.run(what, self.on_partitions_revoked(held))
             await asyncio.gather(*(t.stop() for t in self.channel_tasks))
         finally:
             if self.app.replies is not None:
-                await self.app.replies.aclose()
+                await deadline.run("closing the reply consumer", self.app.replies.aclose())
                 self.app.replies = None
             if self._consumer is not None:
-                await self._consumer.aclose()
+                await deadline.run(f"leaving group {self.app.id!r}", self._consumer.aclose())
             await self.state_manager.aclose()
             if self._producer is not None:
-                await self._producer.aclose()
+                await deadline.run(
+                    "aborting the open transactions" if self.committer.exactly_once else "flushing the producer",
+                    self._producer.aclose(),
+                )
             self.app.sender = None
-            await self.client.aclose()
+            await deadline.run("closing the admin client", self.client.aclose())
+            deadline.report()
 
     # -- introspection ---------------------------------------------------------------------
 

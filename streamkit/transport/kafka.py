@@ -20,6 +20,13 @@ zombie (KIP-447); fencing is by transactional id instead: the runtime keeps one 
 (``runtime/transactions.py``, Kafka Streams' EOS-alpha), so a task's new owner's
 InitProducerId fences the previous owner, alive or not. A fenced send or commit raises
 ``ProducerFencedError``.
+
+Closing: ``aclose`` of a producer or consumer ends what it has with the log (flush, abort the
+open transaction, leave the group). Cancelled meanwhile (the worker's stop gave up on a log
+that does not answer, ``runtime/shutdown.py``), it closes without another word to the log:
+aiokafka's background tasks end, unacknowledged batches fail, connections close; then the
+cancellation goes on. aiokafka's objects are made in ``start``, not in constructors, so one
+that never started is never left unclosed.
 """
 
 from __future__ import annotations
@@ -57,7 +64,14 @@ from streamkit.transport.base import (
     TransportError,
     check_isolation_level,
 )
-from streamkit.transport.kafka_tools import KafkaTools, wait_for_partition
+from streamkit.transport.kafka_tools import (
+    BrokerUnreachableError,
+    KafkaTools,
+    abandon_consumer,
+    cancelling,
+    end_tasks,
+    wait_for_partition,
+)
 from streamkit.transport.placement import (
     GroupInfo,
     MemberInfo,
@@ -79,6 +93,15 @@ READ_MAX_BYTES = 4 * 1024 * 1024  # per fetch of a changelog being restored
 _METADATA_WAIT_S = 30.0  # a producer's request timeout: how long a partition may take to show
 
 
+async def _abandon_producer(producer: AIOKafkaProducer) -> None:
+    """Close ``producer`` without waiting for the log: its sender task ends (batches not
+    delivered stay so), its connections close."""
+    producer._closed = True
+    sender = getattr(producer, "_sender", None)
+    await end_tasks([getattr(sender, "sender_task", None)])
+    await producer.client.close()
+
+
 class KafkaLogClient:
     """Topics through ``KafkaTools`` (its admin client): a lookup never auto-creates a topic,
     and ``ensure_topic`` returns once every partition answers, so a writer may write at once."""
@@ -93,7 +116,10 @@ class KafkaLogClient:
             tools = KafkaTools(self.bootstrap_servers)
             try:
                 await tools.start()
-            except BaseException:
+            except BrokerUnreachableError as exc:
+                await tools.aclose()
+                raise TransportError(f"cannot reach Kafka at {self.bootstrap_servers}") from exc
+            except BaseException:  # a stop while it waited for the log, or another refusal
                 await tools.aclose()
                 raise
             self._tools = tools
@@ -186,7 +212,7 @@ class KafkaProducer:
     def __init__(self, bootstrap_servers: str, **options: Any) -> None:
         self._bootstrap_servers = bootstrap_servers
         self._options = options  # more aiokafka settings (a transactional id)
-        self._producer = self._make_producer()
+        self._producer: AIOKafkaProducer | None = None  # made by start (``_kafka``)
         self._started = False
         self._open: dict[tuple[str, int], _Batch] = {}
         self._ready: dict[tuple[str, int], deque[_Batch]] = {}
@@ -196,6 +222,12 @@ class KafkaProducer:
         self._failures: list[BaseException] = []
         self._taken: dict[tuple[str, int], asyncio.Future[None]] = {}
         self._scheduled = False
+
+    def _kafka(self) -> AIOKafkaProducer:
+        """aiokafka's producer, made on first use (by ``start``)."""
+        if self._producer is None:
+            self._producer = self._make_producer()
+        return self._producer
 
     def _make_producer(self) -> AIOKafkaProducer:
         return AIOKafkaProducer(
@@ -209,24 +241,60 @@ class KafkaProducer:
 
     async def start(self) -> None:
         if not self._started:
+            producer = self._kafka()
             try:
-                await self._producer.start()
-            except KafkaError as exc:
-                await self._producer.stop()
-                raise TransportError(f"producer cannot connect: {exc}") from exc
+                await producer.start()
+            except (KafkaError, asyncio.CancelledError) as exc:  # cancelled: a stop while it waited for the log
+                self._producer = None
+                await producer.stop()
+                if isinstance(exc, KafkaError):
+                    raise TransportError(f"producer cannot connect: {exc}") from exc
+                raise
             self._started = True
 
     async def aclose(self) -> None:
-        if self._started:
-            try:
-                await self.flush()
-            except TransportError as exc:
-                logger.warning("records were not acknowledged when the producer closed: %s", exc)
-            finally:
-                self._started = False
-                for task in list(self._tasks):
-                    task.cancel()
-                await self._producer.stop()
+        """Flush, then close; cancelled meanwhile, close without waiting for the log (module doc)."""
+        if not self._started:
+            return
+        try:
+            await self._end()
+            self._started = False
+            for task in list(self._tasks):
+                task.cancel()
+            await self._kafka().stop()
+        except asyncio.CancelledError:
+            await self._abandon()
+            if cancelling():
+                raise
+        finally:
+            self._started = False
+
+    async def _end(self) -> None:
+        """What a close says to the log first: here, deliver what was sent."""
+        try:
+            await self.flush()
+        except TransportError as exc:
+            logger.warning("records were not acknowledged when the producer closed: %s", exc)
+
+    async def _abandon(self) -> None:
+        """Close without waiting for the log: what it did not acknowledge fails."""
+        self._started = False
+        error = TransportError("the producer closed before the log acknowledged this record")
+        for batch in [*self._open.values(), *(b for q in self._ready.values() for b in q)]:
+            self._fail(batch, error)
+        self._open.clear()
+        self._ready.clear()
+        for future in list(self._undelivered):
+            if not future.done():
+                future.set_exception(error)
+                future.exception()
+        self._failures.clear()
+        for waiter in self._taken.values():
+            if not waiter.done():
+                waiter.set_result(None)
+        await end_tasks(list(self._tasks))
+        if self._producer is not None:
+            await _abandon_producer(self._producer)
 
     async def send(
         self,
@@ -299,7 +367,7 @@ class KafkaProducer:
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._undelivered.add(future)
         future.add_done_callback(self._undelivered.discard)
-        return _Batch(self._producer.create_batch(), future)
+        return _Batch(self._kafka().create_batch(), future)
 
     def _holding(self) -> bool:
         """Whether batches must wait before hand-over (a transaction is ending)."""
@@ -345,9 +413,9 @@ class KafkaProducer:
                     # aiokafka asserts its metadata shows the partition: wait until it does, or
                     # fail the batch naming the partitions the topic has.
                     await wait_for_partition(
-                        self._producer.client, tp[0], tp[1], f"cannot send to {tp[0]}-{tp[1]}", timeout_s=_METADATA_WAIT_S
+                        self._kafka().client, tp[0], tp[1], f"cannot send to {tp[0]}-{tp[1]}", timeout_s=_METADATA_WAIT_S
                     )
-                    delivery = await self._producer.send_batch(batch.builder, tp[0], partition=tp[1])
+                    delivery = await self._kafka().send_batch(batch.builder, tp[0], partition=tp[1])
                 except Exception as exc:
                     # Whatever refuses this batch fails its records (flush and their acks
                     # report it); it must not stop the hand-over of the batches behind it.
@@ -443,7 +511,7 @@ class KafkaTransactionalProducer(KafkaProducer):
 
     async def _begin(self) -> None:
         try:
-            await self._producer.begin_transaction()
+            await self._kafka().begin_transaction()
         except KafkaError as exc:
             raise TransportError(f"cannot begin a transaction as {self.transactional_id!r}: {exc}") from exc
         self._touched = False
@@ -468,10 +536,10 @@ class KafkaTransactionalProducer(KafkaProducer):
         self._ending = True
         try:
             if offsets:
-                await self._producer.send_offsets_to_transaction(
+                await self._kafka().send_offsets_to_transaction(
                     {KafkaTP(tp.topic, tp.partition): offset for tp, offset in offsets.items()}, group_id
                 )
-            await self._producer.commit_transaction()
+            await self._kafka().commit_transaction()
         except ProducerFenced as exc:
             self._fenced = True
             self._ending = False
@@ -499,15 +567,15 @@ class KafkaTransactionalProducer(KafkaProducer):
             self._failures.clear()
             if not self._fenced:
                 try:
-                    await self._producer.abort_transaction()
+                    await self._kafka().abort_transaction()
                 except ProducerFenced:
                     self._fenced = True
                 except KafkaError as exc:
                     logger.warning("aborting the transaction failed, starting a new producer: %r", exc)
                     self._fenced = True
             if self._fenced:
-                await self._producer.stop()
-                self._producer = self._make_producer()
+                await self._kafka().stop()
+                self._producer = None  # the next start makes a new one
                 self._started = False
                 await super().start()
                 self._fenced = False
@@ -517,19 +585,12 @@ class KafkaTransactionalProducer(KafkaProducer):
             self._ending = False
         self._kick()
 
-    async def aclose(self) -> None:
+    async def _end(self) -> None:
         """Abort what was not committed: only ``commit_transaction`` makes records visible."""
-        if self._started:
-            self._ending = True
-            try:
-                if not self._fenced:  # a fenced aiokafka producer has no transaction to end
-                    with contextlib.suppress(KafkaError):
-                        await self._producer.abort_transaction()
-            finally:
-                self._started = False
-                for task in list(self._tasks):
-                    task.cancel()
-                await self._producer.stop()
+        self._ending = True
+        if not self._fenced:  # a fenced aiokafka producer has no transaction to end
+            with contextlib.suppress(KafkaError):
+                await self._kafka().abort_transaction()
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -631,15 +692,29 @@ class KafkaConsumer:
         except KafkaError as exc:
             await self._consumer.stop()
             raise TransportError(f"consumer cannot connect: {exc}") from exc
+        except asyncio.CancelledError:  # a stop while it waited for the log
+            await abandon_consumer(self._consumer)
+            raise
         self._started = True
         if self._topics:
             listener = _Listener(self._listener) if self._listener is not None else ConsumerRebalanceListener()
             self._consumer.subscribe(self._topics, listener=listener)
 
     async def aclose(self) -> None:
-        if self._started:
-            self._started = False
+        """Leave the group and close; cancelled meanwhile, close without waiting for the log
+        (module doc)."""
+        if not self._started:
+            return
+        self._started = False
+        try:
             await self._consumer.stop()
+        except asyncio.CancelledError:
+            # Ours, or aiokafka's: its fetcher's close re-raises the cancellation of a fetch
+            # that was sleeping out its retry back-off (the log did not answer), skipping the
+            # rest of the close. Either way: close what is left without the log.
+            await abandon_consumer(self._consumer)
+            if cancelling():
+                raise
 
     async def getmany(
         self, timeout_ms: int, max_records: int

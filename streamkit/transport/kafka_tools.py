@@ -83,6 +83,64 @@ _RETRY_S = 0.05  # between metadata lookups while waiting for a topic or partiti
 _LATEST = -1  # ListOffsets: the offset after the last record
 
 
+# -- closing a client whose log may not answer (``transport/kafka.py``'s module doc) ----------
+
+
+def cancelling() -> bool:
+    """Whether the running task is being cancelled: a ``CancelledError`` it catches is its
+    own, not one aiokafka let out of a task of its own."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+async def end_tasks(tasks: Iterable[asyncio.Future[Any] | None]) -> None:
+    """Cancel aiokafka's background ``tasks`` and wait until they end; what they ended with is
+    read and dropped (asyncio would report it as never retrieved)."""
+    every = [t for t in tasks if t is not None]
+    pending = [t for t in every if not t.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        await asyncio.wait(pending)
+    for task in every:
+        if not task.cancelled():
+            task.exception()
+
+
+async def abandon_consumer(consumer: AIOKafkaConsumer) -> None:
+    """Close ``consumer`` without waiting for the log: its coordinator's and fetcher's tasks
+    end (no LeaveGroup, no commit), its connections close. aiokafka has no such close; these
+    are the parts its ``stop`` ends one by one, each waiting for the log."""
+    consumer._closed = True
+    tasks: list[asyncio.Future[Any] | None] = []
+    coordinator = getattr(consumer, "_coordinator", None)
+    if coordinator is not None:
+        closing = getattr(coordinator, "_closing", None)
+        if closing is not None and not closing.done():
+            closing.set_result(None)
+        for name in ("_coordination_task", "_heartbeat_task", "_commit_refresh_task", "_reset_committed_task"):
+            tasks.append(getattr(coordinator, name, None))
+    fetcher = getattr(consumer, "_fetcher", None)
+    if fetcher is not None:
+        fetcher._closed = True
+        tasks.append(getattr(fetcher, "_fetch_task", None))
+        tasks.extend(getattr(fetcher, "_pending_tasks", ()))
+    await end_tasks(tasks)
+    # aiokafka commits through ``asyncio.shield(_do_commit_offsets(...))``: a commit cancelled
+    # while its request was out leaves that task behind, and a shield drops its outcome, so
+    # the failure that closing the connection gives it would be logged as never retrieved.
+    for task in asyncio.all_tasks():
+        frame = getattr(task.get_coro(), "cr_frame", None)
+        if frame is not None and frame.f_code.co_name == "_do_commit_offsets" and frame.f_locals.get("self") is coordinator:
+            task.add_done_callback(_drop_outcome)
+    await consumer._client.close()
+
+
+def _drop_outcome(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 class BrokerUnreachableError(TransportError):
     """No connection to the broker (refused, timed out, closed)."""
 
@@ -675,7 +733,14 @@ class KafkaTools:
         self._positions.clear()
         self._sought_ms.clear()
         if consumer is not None:
-            await consumer.stop()
+            try:
+                await consumer.stop()
+            except asyncio.CancelledError:
+                # Ours, or aiokafka's fetcher re-raising the cancellation of a fetch that was
+                # sleeping out its retry back-off (the log did not answer): close the rest.
+                await abandon_consumer(consumer)
+                if cancelling():
+                    raise
 
     async def _fetch_consumer(self) -> AIOKafkaConsumer:
         if self._fetcher is None:
