@@ -171,10 +171,10 @@ def _signals_held() -> Iterator[None]:
     try:
         yield
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        for signum in held:
-            signal.raise_signal(signum)
+        for held_signal, handler in previous.items():
+            signal.signal(held_signal, handler)
+        for received in held:
+            signal.raise_signal(received)
 
 
 class EmbeddedAccess:
