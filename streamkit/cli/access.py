@@ -25,6 +25,8 @@ next record to read.
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -148,6 +150,33 @@ def _ignore(_message: str) -> None:
     return None
 
 
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM while the directory is opened or closed, and deliver them after.
+
+    A ``consume --follow`` opens and closes the directory on every poll; an interrupt that
+    landed between taking the lock and recording the manager left a lock held by a manager
+    nobody closed, so the command's own last commit found the directory locked (exit 2), and
+    one inside ``close`` left it not cleanly shut down. Only Python-level handlers are held;
+    an ignored or default disposition stays as it is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous: dict[int, Any] = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        if callable(signal.getsignal(signum)):
+            previous[signum] = signal.signal(signum, lambda received, _frame: held.append(received))
+    try:
+        yield
+    finally:
+        for held_signal, handler in previous.items():
+            signal.signal(held_signal, handler)
+        for received in held:
+            signal.raise_signal(received)
+
+
 class EmbeddedAccess:
     """``LogAccess`` over a data directory this process opens (and locks) itself.
 
@@ -188,16 +217,17 @@ class EmbeddedAccess:
                 )
             write = True  # making the directory is a write
         deadline = time.monotonic() + lock_wait_s
-        while True:
-            manager = LogManager(self.data_dir, background=False, read_only=not write, warn=self._warn_once)
-            try:
-                manager.open()
-                break
-            except DataDirLockedError:
-                if time.monotonic() >= deadline:
-                    raise
-                time.sleep(0.02)
-        self._manager = manager
+        with _signals_held():
+            while True:
+                manager = LogManager(self.data_dir, background=False, read_only=not write, warn=self._warn_once)
+                try:
+                    manager.open()
+                    break
+                except DataDirLockedError:
+                    if time.monotonic() >= deadline:
+                        raise
+                    time.sleep(0.02)
+            self._manager = manager
         return manager
 
     def _warn_once(self, message: str) -> None:
@@ -295,8 +325,9 @@ class EmbeddedAccess:
 
     def close(self) -> None:
         if self._manager is not None:
-            manager, self._manager = self._manager, None
-            manager.close()
+            with _signals_held():
+                manager, self._manager = self._manager, None
+                manager.close()
 
 
 class BrokerAccess:

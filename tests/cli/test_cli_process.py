@@ -185,6 +185,39 @@ def test_follow_until_interrupted_commits_the_group(run_process, tmp_path: Path)
         assert log.clean_shutdown  # the follower closed the directory on its way out
 
 
+def test_an_interrupt_at_any_moment_of_a_follow_closes_the_directory(run_process, tmp_path: Path) -> None:
+    """A follower opens and closes the directory on every poll; Ctrl-C or SIGTERM landing inside
+    an open or a close must still end with the group committed and the directory shut down
+    cleanly (an interrupt between taking the lock and recording it left the process locked out
+    of its own directory: exit 2). Signals at spread-out moments, with 10 ms polls so many land
+    inside an open or a close."""
+    data = tmp_path / "d"
+    run_process("topics", "create", "live", data_dir=data)
+    run_process("produce", "live", data_dir=data, input=b"a\nb\n")
+    env = {**os.environ, "STREAMKIT_DATA_DIR": str(data)}
+    for attempt in range(12):
+        group = f"g{attempt}"  # a group of its own: each follower reads both records
+        args = [str(STREAMKIT), "consume", "live", "-f", "-g", group, "--from-beginning", "--poll-interval-ms", "10"]
+        proc = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, preexec_fn=interruptible
+        )
+        try:
+            assert _read_lines(proc, 2) == [b"a", b"b"]
+            time.sleep(0.013 * attempt)  # spread the signal over the poll cycle
+            sig = signal.SIGINT if attempt % 2 == 0 else signal.SIGTERM
+            proc.send_signal(sig)
+            _out, err = proc.communicate(timeout=20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == (130 if sig == signal.SIGINT else 143), err.decode()
+        assert b"Traceback" not in err, err.decode()
+        with LogManager(data, background=False) as log:
+            assert {tp.partition: o for tp, (o, _m) in log.offsets.fetch(group).items()} == {0: 2}
+            assert log.clean_shutdown, f"attempt {attempt}: the follower left the directory unclean"
+
+
 def test_sigterm_closes_cleanly(tmp_path: Path, run_process) -> None:
     data = tmp_path / "d"
     run_process("topics", "create", "live", data_dir=data)
