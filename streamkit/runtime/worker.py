@@ -605,12 +605,22 @@ class Worker:
 
     @property
     def state(self) -> str:
-        """"starting", "running", "failed" or "stopped"."""
+        """"starting", "running", "waiting" (for its log: ``log_unavailable``), "failed" or
+        "stopped"."""
         if self._failure is not None:
             return "failed"
         if self._closed or self._stop.is_set():
             return "stopped"
+        if self.log_unavailable is not None:
+            return "waiting"
         return "running" if self._started else "starting"
+
+    @property
+    def log_unavailable(self) -> str | None:
+        """Why the worker has no log now, when it has none: the data directory it joined as a
+        Kafka client lost its owner and nobody serves it yet (``transport/attached.py``)."""
+        reason = getattr(self.client, "unavailable_reason", None)
+        return reason if isinstance(reason, str) else None
 
     def failing_agents(self) -> list[dict[str, Any]]:
         """The partition tasks backing off after failures outside a record (``tasks.py``)."""
