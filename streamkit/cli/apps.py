@@ -7,11 +7,13 @@ with ``python -m``). ``--broker`` overrides the app's own broker URL.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -22,6 +24,7 @@ from streamkit._core.refs import import_ref
 from streamkit._core.serde import SerdeError
 from streamkit.app import App
 from streamkit.cli.common import info
+from streamkit.log.errors import DataDirLockedError
 from streamkit.runtime.probe import discover
 from streamkit.runtime.sender import RuntimeSender
 from streamkit.runtime.worker import Worker
@@ -30,6 +33,7 @@ from streamkit.transport.base import open_log_client
 from streamkit.web import WebServer
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+WAIT_FOR_DATA_DIR_S = 0.5
 
 
 def load_app(ref: str) -> App:
@@ -121,14 +125,25 @@ async def _run_worker(
     worker = Worker(app, broker=broker, state_dir=state_dir)
     web = WebServer(worker, host=web_host, port=web_port) if web_port is not None else None
     loop = asyncio.get_running_loop()
+    stop_requested = asyncio.Event()
+
+    def request_stop() -> None:
+        stop_requested.set()
+        worker.request_stop()
+
     for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, worker.request_stop)
+        loop.add_signal_handler(signum, request_stop)
     try:
         if web is not None:
             # Serving first: the worker tells its group this address when it joins.
             await web.start()
             worker.advertised_url = web.url
-        await worker.start()
+        started = await _start(worker, lambda: Worker(app, broker=broker, state_dir=state_dir), web, stop_requested)
+        if started is None:
+            return
+        worker = started
+        if stop_requested.is_set():
+            worker.request_stop()
         _banner(app, worker)
         if web is not None:
             info(f"  web: {web.url}")
@@ -148,6 +163,34 @@ async def _run_worker(
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
     info(f"streamkit worker: stopped after {worker.stats.records_in} records")
+
+
+async def _start(
+    worker: Worker, again: Callable[[], Worker], web: WebServer | None, stop_requested: asyncio.Event
+) -> Worker | None:
+    """Start ``worker``; while its embedded data directory is held by another process that does
+    not serve it (a command that opened it, a reader, a worker that is opening it), say so,
+    wait, and try again with a new worker: it takes the directory, or joins the process that
+    serves it by then. /health answers 503 meanwhile. None when a stop came first."""
+    said = ""
+    while True:
+        try:
+            await worker.start()
+            return worker
+        except DataDirLockedError as exc:
+            if str(exc) != said:
+                said = str(exc)
+                info(f"streamkit worker: {exc}: waiting (this worker has no log meanwhile)")
+            await worker.stop()
+        worker = again()
+        worker.log_waiting = said
+        if web is not None:
+            web.worker = worker
+            worker.advertised_url = web.url
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop_requested.wait(), WAIT_FOR_DATA_DIR_S)
+        if stop_requested.is_set():
+            return None
 
 
 def _banner(app: App, worker: Worker) -> None:

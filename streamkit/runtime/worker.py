@@ -201,6 +201,9 @@ class Worker:
         )
         self._app_tasks: list[asyncio.Task[Any]] = []
         self.services: list[Service] = []  # the app's services, started after its tasks
+        # Set by whoever starts the worker while it waits for its log before ``start`` (the
+        # CLI, while another process holds the data directory without serving it).
+        self.log_waiting: str | None = None
 
     async def __aenter__(self) -> Worker:
         await self.start()
@@ -618,9 +621,12 @@ class Worker:
     @property
     def log_unavailable(self) -> str | None:
         """Why the worker has no log now, when it has none: the data directory it joined as a
-        Kafka client lost its owner and nobody serves it yet (``transport/attached.py``)."""
+        Kafka client lost its owner and nobody serves it yet (``transport/attached.py``), or
+        it waits to start while another process holds the directory (``log_waiting``)."""
         reason = getattr(self.client, "unavailable_reason", None)
-        return reason if isinstance(reason, str) else None
+        if isinstance(reason, str):
+            return reason
+        return None if self._started else self.log_waiting
 
     def failing_agents(self) -> list[dict[str, Any]]:
         """The partition tasks backing off after failures outside a record (``tasks.py``)."""

@@ -252,3 +252,27 @@ async def test_of_two_survivors_one_takes_over_and_the_other_joins_it(tmp_path: 
         took = [any(re.search(r"took data directory .* over", line) for line in lines) for lines in seen]
         assert took.count(True) == 1, took
     assert not (data / ".owner").exists()
+
+
+async def test_a_worker_waits_while_another_process_holds_the_directory_without_serving_it(tmp_path: Path) -> None:
+    from streamkit.log.manager import LogManager
+
+    data = tmp_path / "log"
+    LogManager(data, background=False).open().close()
+    web_port = free_port()
+    lock_fd = os.open(data / ".lock", os.O_RDONLY)
+    fcntl.flock(lock_fd, fcntl.LOCK_SH)  # a reader, as `streamkit consume` on a free directory
+    with workers() as started:
+        try:
+            worker = start_worker(started, data, "patient", "--web-port", str(web_port))
+            seen: list[str] = []
+            await wait_for_line(worker, r"being read by another streamkit command: waiting", seen)
+            status, body = await asyncio.to_thread(health, web_port)
+            assert status == 503 and body["status"] == "waiting" and "read by another" in str(body["waiting"])
+        finally:
+            os.close(lock_fd)
+        await wait_for_line(worker, r"serving the embedded log at", seen)
+        await send_values(data, "patient-in", range(3))
+        assert sorted(o["v"] for o in await outputs(data, "patient-out", 3)) == [0, 1, 2]
+        assert (await asyncio.to_thread(health, web_port))[0] == 200
+        assert stop(worker, seen) == 0, "".join(seen[-20:])

@@ -7,7 +7,10 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment, ConsumerProtocolMemberMetadata
+from aiokafka.coordinator.protocol import (
+    ConsumerProtocolMemberAssignment,
+    ConsumerProtocolMemberMetadata,
+)
 
 from streamkit._core.types import TopicPartition
 from streamkit.transport.embedded import EmbeddedLogClient
