@@ -29,11 +29,12 @@ from streamkit.runtime.probe import discover
 from streamkit.runtime.sender import RuntimeSender
 from streamkit.runtime.worker import Worker
 from streamkit.topics import Topic
-from streamkit.transport.base import open_log_client
+from streamkit.transport.base import TransportError, open_log_client
 from streamkit.web import WebServer
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 WAIT_FOR_DATA_DIR_S = 0.5
+JOIN_RETRY_S = 30.0
 
 
 def load_app(ref: str) -> App:
@@ -173,6 +174,7 @@ async def _start(
     wait, and try again with a new worker: it takes the directory, or joins the process that
     serves it by then. /health answers 503 meanwhile. None when a stop came first."""
     said = ""
+    give_up = 0.0
     while True:
         try:
             await worker.start()
@@ -181,6 +183,22 @@ async def _start(
             if str(exc) != said:
                 said = str(exc)
                 info(f"streamkit worker: {exc}: waiting (this worker has no log meanwhile)")
+            await worker.stop()
+        except TransportError as exc:
+            from streamkit.transport.attached import AttachedLogClient  # aiokafka: only when needed
+
+            client = worker.client
+            if not isinstance(client, AttachedLogClient):
+                raise
+            # The owner it joined went away (or is going) while it started: start again on
+            # whoever owns the directory now, or take it. An owner that stays and does not
+            # answer for JOIN_RETRY_S is an error.
+            now = asyncio.get_running_loop().time()
+            give_up = give_up or now + JOIN_RETRY_S
+            if now > give_up and not client.owner_changed():
+                raise
+            said = f"the owner of data directory {client.data_dir} did not answer while this worker started ({exc})"
+            info(f"streamkit worker: {said}: starting again")
             await worker.stop()
         worker = again()
         worker.log_waiting = said

@@ -47,6 +47,7 @@ class AttachedLogClient(KafkaLogClient):
         self.data_dir = data_dir
         self._address = (host, port)
         self._owner_pid = owner.pid
+        self._joined_pid = owner.pid
         self._default_partitions = default_partitions
         self._broker: Broker | None = None
         self._follow_task: asyncio.Task[None] | None = None
@@ -75,6 +76,14 @@ class AttachedLogClient(KafkaLogClient):
                 if self.unavailable_reason is None and self._served_at_our_port():
                     raise
             await asyncio.sleep(OWNER_POLL_S)
+
+    def owner_changed(self) -> bool:
+        """Whether the process this client joined no longer serves the directory (it went
+        away; this process or another took it over, or nobody holds it)."""
+        if self._broker is not None:
+            return True
+        owner = directory_owner(self.data_dir)
+        return owner is None or owner.address != self._address or owner.pid != self._joined_pid
 
     def _served_at_our_port(self) -> bool:
         owner = directory_owner(self.data_dir)
