@@ -655,7 +655,17 @@ class KafkaConsumer:
     async def aclose(self) -> None:
         if self._started:
             self._started = False
-            await self._consumer.stop()
+            try:
+                await self._consumer.stop()
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise
+                # Not our cancellation: aiokafka's Fetcher.close awaits the tasks it cancels
+                # without catching their CancelledError (a position reset retrying against a
+                # broker that went away, seen when a data directory's owner stops). Finish
+                # what its stop left undone: the connections.
+                await self._consumer._client.close()
 
     async def getmany(
         self, timeout_ms: int, max_records: int
