@@ -100,7 +100,9 @@ def worker(
 ) -> None:
     """Run an app's agents, timers and tasks until SIGTERM or Ctrl-C.
 
-    A graceful stop commits every processed offset before it exits.
+    A graceful stop commits every processed offset before it exits. On an embedded data
+    directory another process owns, the worker joins that process's log as a Kafka client
+    (workers of one app share its partitions) and takes the directory over when it stops.
     """
     app = load_app(app_ref)
     if processing_guarantee is not None:
