@@ -24,6 +24,7 @@ Not run:
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -212,39 +213,51 @@ def _runs_until_stopped(line: str) -> bool:
     return _without_comment(line).endswith("&") or _readiness(line) is not None
 
 
-@pytest.mark.timeout(600)
-@pytest.mark.parametrize("block", SH_BLOCKS, ids=[_block_id(b) for b in SH_BLOCKS])
-def test_readme_block_runs(block: str, tmp_path: Path) -> None:
+def _session(tmp_path: Path) -> Session:
+    """A new temporary directory holding the README's shop app and the checkout's apps/."""
     cwd = tmp_path / "work"
     cwd.mkdir()
     (cwd / "shop.py").write_text(_shop_source())
     (cwd / "apps").symlink_to(ROOT / "apps")  # the README's commands run from the checkout
     env = {k: v for k, v in os.environ.items() if k not in ("STREAMKIT_DATA_DIR", "STREAMKIT_BOOTSTRAP")}
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    session = Session(cwd, env)
+    return Session(cwd, env)
+
+
+def _run_block(session: Session, block: str, first_index: int = 0) -> int:
+    """Run the lines of ``block`` (already localized) in ``session``; the long-running ones
+    start in the background and stay in ``session.background``. Returns how many lines ran."""
     ran = 0
+    for index, line in enumerate(_lines(block), start=first_index):
+        commands = _commands(line)
+        not_run = next((NOT_RUN[c] for c in commands if c in NOT_RUN), None)
+        if not_run is not None:
+            continue
+        missing = [c for c in commands if c not in BASH_BUILTINS and shutil.which(c, path=session.env["PATH"]) is None]
+        if missing:
+            session.skipped.append(f"{line!r} (not installed: {', '.join(missing)})")
+            continue
+        ran += 1
+        if _runs_until_stopped(line):
+            _start(session, line, index)
+            continue
+        result = subprocess.run(
+            ["bash", "-c", line], cwd=session.cwd, env=session.env, capture_output=True, timeout=LINE_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+        )
+        assert result.returncode == 0, (
+            f"$ {line}\nexit code {result.returncode}\n{result.stdout.decode(errors='replace')}"
+            f"{result.stderr.decode(errors='replace')}\n--- background commands ---\n{session.context()}"
+        )
+    return ran
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("block", SH_BLOCKS, ids=[_block_id(b) for b in SH_BLOCKS])
+def test_readme_block_runs(block: str, tmp_path: Path) -> None:
+    session = _session(tmp_path)
     try:
-        for index, line in enumerate(_lines(_localize(block, tmp_path))):
-            commands = _commands(line)
-            not_run = next((NOT_RUN[c] for c in commands if c in NOT_RUN), None)
-            if not_run is not None:
-                continue
-            missing = [c for c in commands if c not in BASH_BUILTINS and shutil.which(c, path=env["PATH"]) is None]
-            if missing:
-                session.skipped.append(f"{line!r} (not installed: {', '.join(missing)})")
-                continue
-            ran += 1
-            if _runs_until_stopped(line):
-                _start(session, line, index)
-                continue
-            result = subprocess.run(
-                ["bash", "-c", line], cwd=cwd, env=env, capture_output=True, timeout=LINE_TIMEOUT_S,
-                stdin=subprocess.DEVNULL,
-            )
-            assert result.returncode == 0, (
-                f"$ {line}\nexit code {result.returncode}\n{result.stdout.decode(errors='replace')}"
-                f"{result.stderr.decode(errors='replace')}\n--- background commands ---\n{session.context()}"
-            )
+        ran = _run_block(session, _localize(block, tmp_path))
     finally:
         problems = _stop_all(session)
     assert not problems, "\n".join(problems)
@@ -252,3 +265,42 @@ def test_readme_block_runs(block: str, tmp_path: Path) -> None:
         warnings.warn("README lines not run: " + "; ".join(session.skipped), stacklevel=1)
     if ran == 0:
         pytest.skip("every line of this block is a make target (see NOT_RUN)")
+
+
+def _streamkit(session: Session, *args: str) -> str:
+    result = subprocess.run(
+        ["streamkit", *args], cwd=session.cwd, env=session.env, capture_output=True, text=True,
+        timeout=LINE_TIMEOUT_S, stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 0, f"$ streamkit {' '.join(args)}\n{result.stdout}{result.stderr}"
+    return result.stdout
+
+
+@pytest.mark.timeout(900)
+def test_readme_blocks_in_order_with_the_long_running_commands_left_running(tmp_path: Path) -> None:
+    """A user with several terminals: every block in order in one directory, each worker and
+    broker left running while the next blocks run (ports and /tmp/ localized per block, as
+    above), and at the end the workers the README started on the embedded log all work."""
+    session = _session(tmp_path)
+    try:
+        index = 0
+        for block in SH_BLOCKS:
+            lines = _lines(block)
+            _run_block(session, _localize(block, tmp_path), index)
+            index += len(lines)
+        workers = [b for b in session.background if _readiness(b.line) is not None and " worker " in b.line]
+        assert [b.proc.poll() for b in workers] == [None] * len(workers), session.context()
+        embedded = [b for b in workers if "--broker" not in b.line]
+        assert len(embedded) >= 2, session.context()
+        # the first worker owns .streamkit, the ones after it joined it (instead of a refusal)
+        for later in embedded[1:]:
+            assert "joining it as a Kafka client" in later.stderr.read_text(errors="replace"), later.output()
+        # the shop worker found the big order the README sent before starting it ...
+        big = _streamkit(session, "consume", "big-orders", "--from-beginning", "--max", "1")
+        assert '"o1"' in big, big
+        # ... and the wordcount worker counted its line
+        count = json.loads(_streamkit(session, "tables", "get", "-A", "apps.wordcount:app", "word_counts", "cat"))
+        assert count == {"key": "cat", "value": 1}, count
+    finally:
+        problems = _stop_all(session)
+    assert not problems, "\n".join(problems)

@@ -7,11 +7,13 @@ with ``python -m``). ``--broker`` overrides the app's own broker URL.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -22,14 +24,17 @@ from streamkit._core.refs import import_ref
 from streamkit._core.serde import SerdeError
 from streamkit.app import App
 from streamkit.cli.common import info
+from streamkit.log.errors import DataDirLockedError
 from streamkit.runtime.probe import discover
 from streamkit.runtime.sender import RuntimeSender
 from streamkit.runtime.worker import Worker
 from streamkit.topics import Topic
-from streamkit.transport.base import open_log_client
+from streamkit.transport.base import TransportError, open_log_client
 from streamkit.web import WebServer
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+WAIT_FOR_DATA_DIR_S = 0.5
+JOIN_RETRY_S = 30.0
 
 
 def load_app(ref: str) -> App:
@@ -108,6 +113,9 @@ def worker(
     most --shutdown-timeout seconds: past that (a broker gone or hung) it gives up what is
     left, says so in one line, and exits as any stop does. A stop asked for while the worker
     still starts ends the start.
+    On an embedded data directory another process owns, the worker joins that process's
+    log as a Kafka client (workers of one app share its partitions) and takes the directory
+    over when it stops.
     """
     app = load_app(app_ref)
     if processing_guarantee is not None:
@@ -135,14 +143,26 @@ async def _run_worker(
     worker = Worker(app, broker=broker, state_dir=state_dir)
     web = WebServer(worker, host=web_host, port=web_port) if web_port is not None else None
     loop = asyncio.get_running_loop()
+    stop_requested = asyncio.Event()
+
+    def again() -> Worker:
+        """A new worker for another try at the start; signals reach the newest one."""
+        nonlocal worker
+        worker = Worker(app, broker=broker, state_dir=state_dir)
+        return worker
+
+    def request_stop() -> None:
+        stop_requested.set()
+        worker.request_stop()
+
     for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, worker.request_stop)
+        loop.add_signal_handler(signum, request_stop)
     try:
         if web is not None:
             # Serving first: the worker tells its group this address when it joins.
             await web.start()
             worker.advertised_url = web.url
-        if await _start(worker):
+        if await _start(worker, again, web, stop_requested):
             _banner(app, worker)
             if web is not None:
                 info(f"  web: {web.url}")
@@ -164,7 +184,53 @@ async def _run_worker(
     info(f"streamkit worker: stopped after {worker.stats.records_in} records")
 
 
-async def _start(worker: Worker) -> bool:
+async def _start(
+    worker: Worker, again: Callable[[], Worker], web: WebServer | None, stop_requested: asyncio.Event
+) -> bool:
+    """Start ``worker``; False when a stop was asked for first. While its embedded data
+    directory is held by another process that does not serve it (a command that opened it, a
+    reader, a worker that is opening it), say so, wait, and try again with a new worker from
+    ``again``: it takes the directory, or joins the process that serves it by then. /health
+    answers 503 meanwhile."""
+    said = ""
+    give_up = 0.0
+    while True:
+        try:
+            return await _start_once(worker)
+        except DataDirLockedError as exc:
+            if str(exc) != said:
+                said = str(exc)
+                info(f"streamkit worker: {exc}: waiting (this worker has no log meanwhile)")
+            await worker.stop()
+        except TransportError as exc:
+            from streamkit.transport.attached import AttachedLogClient  # aiokafka: only when needed
+
+            client = worker.client
+            if not isinstance(client, AttachedLogClient):
+                raise
+            # The owner it joined went away (or is going) while it started: start again on
+            # whoever owns the directory now, or take it. An owner that stays and does not
+            # answer for JOIN_RETRY_S is an error.
+            now = asyncio.get_running_loop().time()
+            give_up = give_up or now + JOIN_RETRY_S
+            if now > give_up and not client.owner_changed():
+                raise
+            said = f"the owner of data directory {client.data_dir} did not answer while this worker started ({exc})"
+            info(f"streamkit worker: {said}: starting again")
+            await worker.stop()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop_requested.wait(), WAIT_FOR_DATA_DIR_S)
+        if stop_requested.is_set():
+            info("streamkit worker: asked to stop while starting")
+            return False
+        worker = again()
+        worker.log_waiting = said
+        if web is not None:
+            web.worker = worker
+            worker.advertised_url = web.url
+
+
+async def _start_once(worker: Worker) -> bool:
     """Start ``worker``; False when a stop was asked for first (SIGTERM or Ctrl-C while the
     start still waited for the log, say a broker that accepts connections and answers
     nothing): the start is cancelled, and what it opened closes without waiting for the log.
@@ -182,7 +248,6 @@ async def _start(worker: Worker) -> bool:
     stopping.result()  # the failure that stopped it, if one did
     info("streamkit worker: asked to stop while starting")
     return False
-
 
 def _banner(app: App, worker: Worker) -> None:
     info(f"streamkit worker: app {app.id!r} on {worker.client.url} ({app.processing_guarantee})")

@@ -111,29 +111,49 @@ def remove_owner(data_dir: str | os.PathLike[str]) -> None:
     (Path(data_dir) / OWNER_FILE).unlink(missing_ok=True)
 
 
-def owner_address(data_dir: str | os.PathLike[str]) -> tuple[str, int] | None:
-    """(host, port) of the process serving ``data_dir``, when another process holds its lock
-    and serves it; None when the directory is free (or its owner serves nothing)."""
+@dataclass(frozen=True, slots=True)
+class DirectoryOwner:
+    """The process that holds a data directory's lock, and where it serves the log (None
+    when it serves nothing: a command that opened the directory itself)."""
+
+    pid: int | None
+    address: tuple[str, int] | None
+
+
+def directory_owner(data_dir: str | os.PathLike[str]) -> DirectoryOwner | None:
+    """Who holds ``data_dir``'s lock for writing; None when nobody does (the directory is free,
+    or only read-only readers hold it: ``LogManager.open`` tells those apart)."""
     directory = Path(data_dir)
     lock = directory / ".lock"
-    if not lock.exists():
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except FileNotFoundError:
         return None
-    fd = os.open(lock, os.O_RDONLY)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            pass  # held: someone owns the directory
+            text = os.pread(fd, 64, 0).decode(errors="replace").strip()
         else:
             fcntl.flock(fd, fcntl.LOCK_UN)
             return None
     finally:
         os.close(fd)
+    pid = int(text) if text.isdigit() else None
     try:
         owner = msgspec.json.decode((directory / OWNER_FILE).read_bytes(), type=_Owner)
     except (FileNotFoundError, msgspec.DecodeError):
-        return None
-    return owner.host, owner.port
+        return DirectoryOwner(pid, None)
+    if pid is not None and owner.pid != pid:
+        return DirectoryOwner(pid, None)  # a file its previous owner left, not the holder's
+    return DirectoryOwner(owner.pid, (owner.host, owner.port))
+
+
+def owner_address(data_dir: str | os.PathLike[str]) -> tuple[str, int] | None:
+    """(host, port) of the process serving ``data_dir``, when another process holds its lock
+    and serves it; None when the directory is free (or its owner serves nothing)."""
+    owner = directory_owner(data_dir)
+    return None if owner is None else owner.address
 
 
 def validate_topic_name(name: str) -> None:

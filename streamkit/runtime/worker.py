@@ -203,6 +203,9 @@ class Worker:
         )
         self._app_tasks: list[asyncio.Task[Any]] = []
         self.services: list[Service] = []  # the app's services, started after its tasks
+        # Set by whoever starts the worker while it waits for its log before ``start`` (the
+        # CLI, while another process holds the data directory without serving it).
+        self.log_waiting: str | None = None
 
     async def __aenter__(self) -> Worker:
         await self.start()
@@ -622,12 +625,25 @@ class Worker:
 
     @property
     def state(self) -> str:
-        """"starting", "running", "failed" or "stopped"."""
+        """"starting", "running", "waiting" (for its log: ``log_unavailable``), "failed" or
+        "stopped"."""
         if self._failure is not None:
             return "failed"
         if self._closed or self._stop.is_set():
             return "stopped"
+        if self.log_unavailable is not None:
+            return "waiting"
         return "running" if self._started else "starting"
+
+    @property
+    def log_unavailable(self) -> str | None:
+        """Why the worker has no log now, when it has none: the data directory it joined as a
+        Kafka client lost its owner and nobody serves it yet (``transport/attached.py``), or
+        it waits to start while another process holds the directory (``log_waiting``)."""
+        reason = getattr(self.client, "unavailable_reason", None)
+        if isinstance(reason, str):
+            return reason
+        return None if self._started else self.log_waiting
 
     def failing_agents(self) -> list[dict[str, Any]]:
         """The partition tasks backing off after failures outside a record (``tasks.py``)."""

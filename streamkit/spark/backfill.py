@@ -1235,8 +1235,11 @@ def _commit(
                         offsets[topic] = {p: (await reader.bounds(TopicPartition(topic, p)))[1] for p in range(count)}
             finally:
                 await reader.aclose()
-            if url.scheme == "kafka":
-                async with KafkaTools(url.netloc) as tools:
+            # A file:// log another process owns is reached through its port: a Kafka client
+            # (``open_log_client``), whose group offsets are committed as on a broker.
+            servers = url.netloc if url.scheme == "kafka" else getattr(client, "bootstrap_servers", None)
+            if servers:
+                async with KafkaTools(servers) as tools:
                     for topic, by_partition in offsets.items():
                         await tools.commit(app.id, topic, by_partition)
             else:

@@ -288,36 +288,29 @@ class LogClient(Protocol):
     def reader(self, *, isolation_level: str = READ_UNCOMMITTED) -> PartitionReader: ...
 
 
-class DataDirOwnedError(TransportError):
-    """Another process owns the embedded log a worker wants to own."""
-
-    retriable = False
-
-
 def open_log_client(url: str, *, owner: bool = False) -> LogClient:
     """The driver for ``url``: ``file://DIR`` (embedded) or ``kafka://host:port[,host:port]``.
 
-    For ``file://DIR`` owned by another process (a running worker or broker), tools get a
-    Kafka client to the owner's loopback port instead of failing on the directory's lock.
-    ``owner=True`` (a worker) takes the directory and serves it to others; it refuses a
-    directory another process owns: two workers cannot share one embedded log's partitions.
+    For ``file://DIR`` owned by another process (a running worker or broker), the client is a
+    Kafka client of the owner's loopback port instead of failing on the directory's lock.
+    ``owner=True`` (a worker) takes a free directory and serves it to others; on one another
+    process owns, it joins the owner's log and takes the directory over when the owner goes
+    away (``attached.py``).
     """
     parsed = urlparse(url)
     if parsed.scheme == "file":
-        from streamkit.log.manager import owner_address
+        from streamkit.log.manager import directory_owner
         from streamkit.transport.embedded import EmbeddedLogClient
 
         path = (parsed.netloc + parsed.path) or ".streamkit"
-        address = owner_address(path)
-        if address is not None:
-            served = f"{address[0]}:{address[1]}"
+        holder = directory_owner(path)
+        if holder is not None and holder.address is not None:
             if owner:
-                raise DataDirOwnedError(
-                    f"the embedded log in {path} is owned by another process serving it at "
-                    f"{served}; run one worker per embedded log, or point workers at "
-                    f"'streamkit broker' with kafka://"
-                )
-            return open_log_client(f"kafka://{served}")
+                from streamkit.transport.attached import AttachedLogClient
+
+                attached: LogClient = AttachedLogClient(path, holder, url=url)
+                return attached
+            return open_log_client(f"kafka://{holder.address[0]}:{holder.address[1]}")
         embedded: LogClient = EmbeddedLogClient(path, url=url, serve=owner)
         return embedded
     if parsed.scheme == "kafka":

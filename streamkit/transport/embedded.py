@@ -34,6 +34,7 @@ from streamkit.log.errors import (
     OffsetOutOfRangeError,
     UnknownTopicError,
 )
+from streamkit.log.groups.coordinator import GroupCoordinator
 from streamkit.log.manager import LogManager
 from streamkit.log.partition import Partition
 from streamkit.log.producers import (
@@ -58,6 +59,7 @@ from streamkit.transport.base import (
     TransportError,
     check_isolation_level,
 )
+from streamkit.transport.embedded_group import HEARTBEAT_INTERVAL_S, GroupMembership
 from streamkit.transport.placement import GroupInfo, MemberInfo
 
 MAX_BATCH_RECORDS = 2000
@@ -154,6 +156,14 @@ class EmbeddedLogClient:
             await asyncio.to_thread(manager.open)
         manager.add_append_listener(self._on_append)
         self._log = manager
+
+    def group_coordinator(self) -> GroupCoordinator | None:
+        """The served broker's group coordinator, which this process's consumers join as
+        members (``embedded_group.py``); None when this process does not serve the log."""
+        if self._broker is None:
+            return None
+        coordinator: GroupCoordinator = self._broker.coordinator
+        return coordinator
 
     @property
     def served_at(self) -> str | None:
@@ -578,7 +588,13 @@ class EmbeddedTransactionalProducer(EmbeddedProducer):
 
 
 class EmbeddedConsumer:
-    """The single member of an embedded consumer group."""
+    """A member of a consumer group on the embedded log.
+
+    When this process serves the data directory, the consumer joins its group on the served
+    broker's coordinator (``embedded_group.py``), beside members in other processes, and holds
+    the partitions the group assigns it. Otherwise it is the group's only member and holds
+    every partition of the topics it subscribes to.
+    """
 
     def __init__(
         self, client: EmbeddedLogClient, group_id: str, auto_offset_reset: str, isolation_level: str = "read_uncommitted"
@@ -599,6 +615,9 @@ class EmbeddedConsumer:
         self._event = asyncio.Event()
         self._started = False
         self._member = MemberInfo()
+        self._membership: GroupMembership | None = None
+        self._group: GroupInfo | None = None
+        self._heartbeats: asyncio.Task[None] | None = None
 
     def subscribe(self, topics: Sequence[str], listener: RebalanceListener) -> None:
         self._topics = list(topics)
@@ -608,7 +627,9 @@ class EmbeddedConsumer:
         self._member = info
 
     def group_info(self) -> GroupInfo | None:
-        """The only member owns every partition and keeps no standbys."""
+        """From the last assignment; the only member owns every partition, keeps no standbys."""
+        if self._membership is not None:
+            return self._group
         counts = [len(self._client.log.partitions(t)) for t in self._topics] if self._started else []
         return GroupInfo({p: self._member.url for p in range(max(counts, default=0))}, frozenset())
 
@@ -620,26 +641,83 @@ class EmbeddedConsumer:
         log = self._client.log
         if self._committed_only:
             self._states = await self._client.producer_states()
-        committed = log.offsets.fetch(self.group_id)
-        for topic in self._topics:
-            for part in log.partitions(topic):
-                tp = part.tp
-                if tp in committed:
-                    self._positions[tp] = committed[tp][0]
-                else:
-                    self._positions[tp] = self._reset_position(part)
+        coordinator = self._client.group_coordinator()
+        if coordinator is not None and self._topics:
+            self._membership = GroupMembership(
+                coordinator, self.group_id, self._topics, self._member, self._partition_count
+            )
+            assigned = await self._join()
+        else:
+            assigned = {part.tp for topic in self._topics for part in log.partitions(topic)}
+        self._take(assigned)
         self._started = True
         if self._listener is not None:
             await self._listener.on_partitions_assigned(set(self._positions))
+        if self._membership is not None:
+            self._heartbeats = asyncio.ensure_future(self._heartbeat_loop())
+            self._heartbeats.set_name(f"streamkit:heartbeat:{self.group_id}")
+
+    def _partition_count(self, topic: str) -> int | None:
+        log = self._client.log
+        return len(log.partitions(topic)) if log.has_topic(topic) else None
+
+    async def _join(self) -> set[TopicPartition]:
+        assert self._membership is not None
+        assigned, self._group = await self._membership.join()
+        return assigned
+
+    def _take(self, assigned: set[TopicPartition]) -> None:
+        """Positions of newly assigned partitions: committed, else per auto_offset_reset."""
+        log = self._client.log
+        committed = log.offsets.fetch(self.group_id)
+        for tp in sorted(assigned):
+            if tp in committed:
+                self._positions[tp] = committed[tp][0]
+            else:
+                try:
+                    self._positions[tp] = self._reset_position(log.partition(tp.topic, tp.partition))
+                except LogError:
+                    self._positions[tp] = 0
+        self._paused &= set(self._positions)
+
+    async def _heartbeat_loop(self) -> None:
+        """Heartbeats; when the group rebalances, revoke everything held, rejoin, take what
+        the new generation assigns (eager, as the Kafka driver)."""
+        membership = self._membership
+        assert membership is not None
+        while True:
+            await asyncio.sleep(HEARTBEAT_INTERVAL_S)
+            if await membership.heartbeat():
+                continue
+            held = set(self._positions)
+            logger.info("group %s rebalances: giving up %d partitions and rejoining", self.group_id, len(held))
+            if self._listener is not None:
+                await self._listener.on_partitions_revoked(held)
+            self._positions.clear()
+            self._paused.clear()
+            try:
+                assigned = await self._join()
+            except TransportError as exc:
+                logger.warning("group %s: rejoin failed, retrying: %s", self.group_id, exc)
+                continue
+            self._take(assigned)
+            if self._listener is not None:
+                await self._listener.on_partitions_assigned(set(self._positions))
 
     def _reset_position(self, part: Partition) -> int:
         return part.log_start_offset if self._reset == "earliest" else part.high_watermark
 
     async def aclose(self) -> None:
+        heartbeats, self._heartbeats = self._heartbeats, None
+        if heartbeats is not None:
+            heartbeats.cancel()
+            await asyncio.gather(heartbeats, return_exceptions=True)
         if self._started and self._listener is not None:
             await self._listener.on_partitions_revoked(set(self._positions))
         self._started = False
         self._positions.clear()
+        if self._membership is not None:
+            await self._membership.leave()  # the others rebalance now, not after our session
         self._client._forget(self)
 
     def assignment(self) -> set[TopicPartition]:

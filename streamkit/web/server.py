@@ -2,7 +2,9 @@
 
     GET /health     200 {"status": "running"} while the worker runs and is healthy; 503 once it
                     failed or stopped, while an agent backs off after failures, or while an
-                    input partition is stalled (its topic is unknown to the log)
+                    input partition is stalled (its topic is unknown to the log), or while it
+                    has no log ({"status": "waiting", "waiting": why}: the owner of the data
+                    directory it joined went away and nobody serves it yet)
     GET /status     app, broker, assigned partitions, counters, committed positions, lag, late
                     records per windowed table (or join) and reason
     GET /topology   agents with their input, repartition and sink topics
@@ -212,6 +214,9 @@ class WebServer:
             body["failing_agents"] = failing
         if stalled:
             body["stalled"] = {str(tp): why for tp, why in sorted(stalled.items())}
+        waiting = w.log_unavailable
+        if waiting is not None:
+            body["waiting"] = waiting
         return self._json(body, 200 if body["status"] == "running" else 503)
 
     async def _status(self, request: web.Request) -> web.Response:

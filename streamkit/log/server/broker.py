@@ -97,6 +97,14 @@ class Broker:
         return self._state.transactions
 
     @property
+    def coordinator(self) -> GroupCoordinator:
+        """The group coordinator: an in-process consumer (the embedded transport's, when this
+        process serves its data directory) joins its groups as a member beside the remote ones."""
+        if self._state is None:
+            raise RuntimeError("the broker is not started")
+        return self._state.coordinator
+
+    @property
     def host(self) -> str:
         return self.config.host
 
