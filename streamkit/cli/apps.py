@@ -218,16 +218,17 @@ async def _start(
             said = f"the owner of data directory {client.data_dir} did not answer while this worker started ({exc})"
             info(f"streamkit worker: {said}: starting again")
             await worker.stop()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop_requested.wait(), WAIT_FOR_DATA_DIR_S)
-        if stop_requested.is_set():
-            info("streamkit worker: asked to stop while starting")
-            return False
+        # The next try's worker serves /health at once: 503 'waiting', with the reason.
         worker = again()
         worker.log_waiting = said
         if web is not None:
             web.worker = worker
             worker.advertised_url = web.url
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop_requested.wait(), WAIT_FOR_DATA_DIR_S)
+        if stop_requested.is_set():
+            info("streamkit worker: asked to stop while starting")
+            return False
 
 
 async def _start_once(worker: Worker) -> bool:
