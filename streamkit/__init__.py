@@ -44,4 +44,18 @@ __all__ = [
     "uuid",
 ]
 
-__version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> str:
+    """``__version__``: the installed distribution's version, declared once, in pyproject.toml
+    (looked up on first use: importing importlib.metadata is not free)."""
+    if name != "__version__":
+        raise AttributeError(f"module 'streamkit' has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("streamkit")
+    except PackageNotFoundError:  # a source tree on sys.path, never installed
+        found = "0+unknown"
+    globals()["__version__"] = found
+    return found
