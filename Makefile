@@ -1,12 +1,15 @@
 # The two commands of the README's Quick start:
 #   make demo   set everything up (.venv/) and run the demo on the embedded log
 #   make test   set everything up and run the whole test suite (lint, types, layers, tests)
+# and two more:
+#   make test-matrix   the suite on the other supported Pythons (3.12, 3.13) without extras
+#   make dist          the wheel and the sdist in dist/
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup system demo test lint check bench clean
+.PHONY: setup system demo test test-matrix dist lint check bench clean
 
 setup: $(VENV)/.installed
 
@@ -31,8 +34,18 @@ lint: setup
 test: setup system lint
 	$(BIN)/pytest -q -p no:cacheprovider
 
+# One venv per Python (.venv-3.12, .venv-3.13) with `.[dev]` only: scripts/test-matrix.sh.
+# MATRIX picks the versions, PYTEST_ARGS some tests (make test-matrix PYTEST_ARGS=tests/eos).
+MATRIX ?= 3.12 3.13
+test-matrix: system
+	bash scripts/test-matrix.sh $(MATRIX)
+
+dist: setup
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+
 bench: setup
 	$(BIN)/python benchmarks/log_bench.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .venv-3.* .mypy_cache .ruff_cache .pytest_cache build dist *.egg-info

@@ -5,7 +5,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-STREAMKIT="$ROOT/.venv/bin/streamkit"
+VENV="${DEMO_VENV:-$ROOT/.venv}"   # the test of the demo names the venv it runs in
+STREAMKIT="$VENV/bin/streamkit"
 if [ ! -x "$STREAMKIT" ]; then
   echo "demo: $STREAMKIT is missing; run 'make setup' first" >&2
   exit 1
@@ -23,7 +24,7 @@ run() { printf '%s$ streamkit %s%s\n' "$DIM" "$*" "$RESET"; "$STREAMKIT" "$@"; }
 
 section "1. A streaming pipeline: apps/pageviews.py drops bots and re-keys page views by user"
 printf '%s$ python -m apps.pageviews --records 20000%s\n' "$DIM" "$RESET"
-(cd "$ROOT" && "$ROOT/.venv/bin/python" -m apps.pageviews --records 20000 --data-dir "$STREAMKIT_DATA_DIR")
+(cd "$ROOT" && "$VENV/bin/python" -m apps.pageviews --records 20000 --data-dir "$STREAMKIT_DATA_DIR")
 (cd "$ROOT" && run agents -A apps.pageviews:app)
 
 section "2. What the pipeline wrote: visits keyed by user, one user per partition"

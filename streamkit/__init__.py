@@ -53,8 +53,6 @@ __all__ = [
     "uuid",
 ]
 
-__version__ = "0.1.0"
-
 # Where each public name is defined; imported on first use (PEP 562).
 _EXPORTS = {
     "ConfigError": "streamkit._core.errors",
@@ -81,6 +79,8 @@ _EXPORTS = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        return _version()
     module = _EXPORTS.get(name)
     if module is not None:
         value = getattr(importlib.import_module(module), name)
@@ -97,3 +97,16 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *_EXPORTS})
+
+
+def _version() -> str:
+    """The installed distribution's version, declared once, in pyproject.toml (looked up on
+    first use: importing importlib.metadata is not free)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("streamkit")
+    except PackageNotFoundError:  # a source tree on sys.path, never installed
+        found = "0+unknown"
+    globals()["__version__"] = found
+    return found

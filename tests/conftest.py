@@ -4,10 +4,16 @@
 ``ManualClock``, so upkeep runs only when a test calls ``run_upkeep`` and time moves only when
 the test moves it. ``open_log`` opens more of them (on the same or another directory); every log
 a fixture opened is closed at teardown.
+
+Tests that need an optional extra carry its marker (``spark``: everything under
+``tests/spark/`` gets it here, other tests say ``@pytest.mark.spark``); where the extra is not
+installed they are skipped with the reason, so a plain ``pip install -e '.[dev]'`` runs the
+rest of the suite.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +26,52 @@ from streamkit.log.manager import LogManager
 START_MS = 1_700_000_000_000  # a plausible "now" in ms, far from 0 so retention math is real
 
 OpenLog = Callable[..., LogManager]
+
+TESTS = Path(__file__).resolve().parent
+# Each optional extra of pyproject.toml: the modules its tests import, and the directory whose
+# tests all need it.
+EXTRAS: dict[str, tuple[tuple[str, ...], Path]] = {
+    "spark": (("pyspark", "pyarrow", "numpy"), TESTS / "spark"),
+}
+
+
+def _missing(modules: tuple[str, ...]) -> list[str]:
+    return [name for name in modules if importlib.util.find_spec(name) is None]
+
+
+def _skip_reason(extra: str, missing: list[str]) -> str:
+    return f"the {extra} extra is not installed (no {', '.join(missing)}): pip install -e '.[dev,{extra}]'"
+
+
+class _NeedsMissingExtra(pytest.Module):
+    """A test module of an extra's directory when the extra is missing: reported skipped with
+    the reason, and never imported (its imports would fail)."""
+
+    reason = ""
+
+    def collect(self) -> list[pytest.Item | pytest.Collector]:
+        pytest.skip(self.reason)
+
+
+def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> pytest.Module | None:
+    for extra, (modules, directory) in EXTRAS.items():
+        missing = _missing(modules)
+        if missing and module_path.is_relative_to(directory):
+            module = _NeedsMissingExtra.from_parent(parent, path=module_path)
+            module.reason = _skip_reason(extra, missing)
+            return module
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for extra, (modules, directory) in EXTRAS.items():
+        missing = _missing(modules)
+        skip = pytest.mark.skip(reason=_skip_reason(extra, missing))
+        for item in items:
+            if item.path.is_relative_to(directory):
+                item.add_marker(getattr(pytest.mark, extra))
+            if missing and item.get_closest_marker(extra) is not None:
+                item.add_marker(skip)
 
 
 @pytest.fixture

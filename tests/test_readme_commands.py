@@ -253,7 +253,10 @@ def _run_block(session: Session, block: str, first_index: int = 0) -> int:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("block", SH_BLOCKS, ids=[_block_id(b) for b in SH_BLOCKS])
+@pytest.mark.parametrize("block", [
+    # `streamkit backfill` runs Spark: its block needs the spark extra (skipped without it).
+    pytest.param(b, marks=[pytest.mark.spark] if "streamkit backfill" in b else []) for b in SH_BLOCKS
+], ids=[_block_id(b) for b in SH_BLOCKS])
 def test_readme_block_runs(block: str, tmp_path: Path) -> None:
     session = _session(tmp_path)
     try:
@@ -276,6 +279,7 @@ def _streamkit(session: Session, *args: str) -> str:
     return result.stdout
 
 
+@pytest.mark.spark  # the blocks include `streamkit backfill`
 @pytest.mark.timeout(900)
 def test_readme_blocks_in_order_with_the_long_running_commands_left_running(tmp_path: Path) -> None:
     """A user with several terminals: every block in order in one directory, each worker and

@@ -12,6 +12,8 @@ import click
 
 from streamkit.cli.apps import app_option, load_app
 
+SPARK_EXTRA = ("pyspark", "pyarrow", "numpy")  # pyproject.toml's `spark` extra
+
 
 def _time_ms(value: str | None, option: str) -> int | None:
     """Integer milliseconds, or an ISO date/time (UTC unless it says otherwise)."""
@@ -56,8 +58,15 @@ def backfill(
     (streamkit-backfill-APP-PID.log), kept when the backfill fails."""
     from_ms, to_ms = _time_ms(from_, "--from"), _time_ms(to, "--to")
     app = load_app(app_ref)  # a bad -A is one line before Spark starts
-    from streamkit.spark.backfill import backfill as run
-    from streamkit.spark.backfill import find_pipeline, load_job, run_job, spark_session
+    try:
+        from streamkit.spark.backfill import backfill as run
+        from streamkit.spark.backfill import find_pipeline, load_job, run_job, spark_session
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] not in SPARK_EXTRA:
+            raise
+        raise click.ClickException(
+            f"streamkit backfill needs the spark extra ({exc.name} is not installed): pip install 'streamkit[spark]'"
+        ) from None
 
     if job is not None:
         if len(tables) > 1:

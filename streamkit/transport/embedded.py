@@ -28,6 +28,7 @@ from typing import Any
 
 from streamkit._core.clock import SYSTEM_CLOCK, Clock
 from streamkit._core.types import TopicPartition
+from streamkit._core.waiting import drain
 from streamkit.log.errors import (
     InvalidRecordError,
     LogError,
@@ -529,8 +530,7 @@ class EmbeddedTransactionalProducer(EmbeddedProducer):
         if self._buffers:
             buffers, self._buffers = self._buffers, {}
             self._seal(list(buffers.items()))
-        while self._tasks or self._inflight:
-            await asyncio.gather(*list(self._tasks), *list(self._inflight), return_exceptions=True)
+        await drain(self._tasks, self._inflight)
         if self._failures:
             first, self._failures = self._failures[0], []
             raise first
@@ -564,8 +564,7 @@ class EmbeddedTransactionalProducer(EmbeddedProducer):
         buffers, self._buffers = self._buffers, {}
         for batch in buffers.values():
             self._fail(batch, TransactionAbortedError("the transaction was aborted"))
-        while self._tasks or self._inflight:
-            await asyncio.gather(*list(self._tasks), *list(self._inflight), return_exceptions=True)
+        await drain(self._tasks, self._inflight)
         self._failures.clear()
         coordinator = self._coordinator
         assert coordinator is not None
@@ -582,7 +581,7 @@ class EmbeddedTransactionalProducer(EmbeddedProducer):
 
     async def aclose(self) -> None:
         """Abort what was not committed: only ``commit_transaction`` makes records visible."""
-        if self._coordinator is not None and (self._in_txn or self._buffers or self._tasks):
+        if self._coordinator is not None and (self._in_txn or self._buffers or any(not t.done() for t in self._tasks)):
             await self.abort_transaction()
 
 

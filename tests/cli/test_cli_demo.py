@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
-    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    # The demo runs the venv of this test run's Python (make test-matrix has one per version).
+    env = {**os.environ, "TMPDIR": str(tmp_path), "DEMO_VENV": str(Path(sys.executable).parent.parent)}
     env.pop("STREAMKIT_DATA_DIR", None)
     result = subprocess.run(
         ["bash", str(ROOT / "scripts" / "demo.sh")], capture_output=True, env=env, timeout=120

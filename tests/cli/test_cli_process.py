@@ -263,3 +263,23 @@ def test_closed_stdout_is_quiet(run_process, tmp_path: Path) -> None:
     proc.wait(timeout=20)
     assert proc.returncode == 1
     assert b"Traceback" not in err and b"Exception" not in err
+
+
+def test_backfill_without_the_spark_extra_is_one_line(tmp_path: Path, one_line_error) -> None:
+    """Where the spark extra is not installed, ``streamkit backfill`` says so in one line (not
+    pyarrow's ModuleNotFoundError traceback). The extra is made missing here the way Python
+    knows: None in sys.modules makes importing it fail as for a module that is not there."""
+    (tmp_path / "small_app.py").write_text(
+        f"import streamkit as sk\napp = sk.App('small', broker='file://{tmp_path / 'data'}')\n"
+    )
+    without_spark = (
+        "import sys; sys.modules.update(dict.fromkeys(('pyspark', 'pyarrow'))); "
+        "from streamkit.cli import main; main()"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "STREAMKIT_DATA_DIR"}
+    result = subprocess.run(
+        [sys.executable, "-c", without_spark, "backfill", "-A", "small_app:app", "--table", "counts"],
+        cwd=tmp_path, env=env, capture_output=True, timeout=60,
+    )
+    assert result.returncode == 1, result
+    one_line_error(result.stderr, "streamkit backfill needs the spark extra", "pip install 'streamkit[spark]'")

@@ -96,3 +96,29 @@ async def test_records_handed_over_before_the_commit_are_in_it(log_url: str) -> 
     finally:
         await client.aclose()
     assert await _values(log_url, name, "read_committed") == [b"early"]
+
+
+@pytest.mark.timeout(30)  # the hang never yields to the loop: only pytest-timeout ends it
+@pytest.mark.parametrize("end", ["flush", "abort", "close"])
+async def test_a_producer_ends_right_after_an_ack(log_url: str, end: str) -> None:
+    """Flushing, aborting or closing right after awaiting a send's ack returns (it hung on
+    Python 3.12+: the task that appended the batch was done, but the callback dropping it from
+    the producer's in-flight set had not run yet, and waiting on it never yielded to the loop
+    that would run that callback)."""
+    name = f"txn{next(_names)}"
+    client = open_log_client(log_url)
+    await client.start()
+    try:
+        await client.ensure_topic(name, 1)
+        producer = client.transactional_producer(f"{name}-tid", timeout_ms=30_000)
+        await producer.start()
+        await (await producer.send(name, b"k", b"early", partition=0))
+        if end == "flush":
+            await producer.flush()
+            await producer.commit_transaction({}, f"{name}-group")
+        elif end == "abort":
+            await producer.abort_transaction()
+        await producer.aclose()
+    finally:
+        await client.aclose()
+    assert await _values(log_url, name, "read_committed") == ([b"early"] if end == "flush" else [])

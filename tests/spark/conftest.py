@@ -3,7 +3,8 @@
 ``spark`` is session-scoped (starting a JVM takes seconds): ``local[2]``, two shuffle
 partitions, no UI, and Python workers that run this interpreter (the venv with streamkit).
 At the end the session stops and its JVM process is shut down and waited for, so no JVM
-outlives the tests. The tests are skipped only when the ``spark`` extra is not installed.
+outlives the tests. The tests are skipped only when the ``spark`` extra is not installed
+(``tests/conftest.py`` skips this directory's modules then, without importing them).
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-pytest.importorskip("pyspark", reason="the spark extra is not installed: pip install -e '.[spark]'")
 
 from streamkit.log.manager import LogManager
 from streamkit.log.records import NewRecord, Record

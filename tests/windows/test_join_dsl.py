@@ -258,6 +258,7 @@ def test_two_topics_are_joined_in_timestamp_order_and_a_replay_gives_the_same_ou
     assert asyncio.run(_two_topics(how, left, right)) == first
 
 
+@pytest.mark.spark
 def test_the_backfill_refuses_a_table_fed_by_a_stream_join_by_name() -> None:
     from streamkit.spark.backfill import find_pipeline
 

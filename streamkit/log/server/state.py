@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from streamkit._core.waiting import drain
 from streamkit.log.groups.coordinator import GroupCoordinator
 from streamkit.log.manager import LogManager
 from streamkit.log.producers import ProducerIdAllocator, ProducerStates
@@ -48,8 +49,7 @@ class BrokerState:
 
     async def drain_blocking(self) -> None:
         """Wait for every call started by ``run_blocking``."""
-        while self._pending:
-            await asyncio.gather(*list(self._pending), return_exceptions=True)
+        await drain(self._pending)
 
 
 def load_cluster_id(data_dir: Path) -> str:
