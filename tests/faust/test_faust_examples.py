@@ -3,7 +3,13 @@ changed (issue 14's last must-show; docs/faust.md lists them with their status).
 
 The examples are not in this repository: the test takes them from faust-streaming's source
 distribution on PyPI at test time (the version ``benchmarks/requirements-faust.txt`` pins),
-downloaded once with pip into ``benchmarks/.data/faust-sdist``. Each example is rewritten as
+fetched once into ``benchmarks/.data/faust-sdist`` (git-ignored). The sdist is a tarball and
+nothing of it is built: its address and sha256 come from the package index's JSON API (PEP 691,
+``PIP_INDEX_URL`` or PyPI), the download is checked against that hash and bounded in time, and
+only ``examples/`` is unpacked. (``pip download --no-binary :all:`` would prepare the sdist's
+metadata, building faust's build dependencies, Cython among them, from source: longer than a
+test may take on a machine with nothing cached.) When they cannot be had, the tests fail with
+one line saying why. Each example is rewritten as
 a Faust user moving over would rewrite it: ``import faust`` becomes ``import streamkit as
 faust``, ``from faust... import`` becomes ``from streamkit... import``, and its broker URL
 names the test's ``streamkit broker`` (an example that names none, relying on Faust's default
@@ -17,16 +23,22 @@ the missing part named (probed, not assumed, so they run as soon as it lands).
 
 from __future__ import annotations
 
+import hashlib
+import http.server
+import io
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -48,25 +60,62 @@ def _faust_version() -> str:
     return match.group(1)
 
 
+SDIST_TIMEOUT_S = 120.0  # the whole fetch, index page and tarball (about 1 MB)
+
+
+def _fetch_examples(version: str, target: Path) -> None:
+    """faust-streaming ``version``'s sdist from the package index, its ``examples/`` unpacked
+    into ``target`` (whole or not at all). Raises OSError or ValueError saying what failed."""
+    index = os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/")
+    page = f"{index}/faust-streaming/"
+    filename = f"faust_streaming-{version}.tar.gz"
+    deadline = time.monotonic() + SDIST_TIMEOUT_S
+
+    def read(url: str, accept: str = "*/*") -> bytes:
+        request = urllib.request.Request(url, headers={"Accept": accept})
+        chunks: list[bytes] = []
+        with urllib.request.urlopen(request, timeout=30) as response:
+            while chunk := response.read(1 << 16):
+                chunks.append(chunk)
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{url} took longer than {SDIST_TIMEOUT_S:.0f} s")
+        return b"".join(chunks)
+
+    listing = json.loads(read(page, "application/vnd.pypi.simple.v1+json"))
+    entry = next((f for f in listing.get("files", []) if f.get("filename") == filename), None)
+    if entry is None:
+        raise ValueError(f"{page} lists no {filename}")
+    data = read(urllib.parse.urljoin(page, entry["url"]))
+    expected = entry.get("hashes", {}).get("sha256")
+    if expected is None or hashlib.sha256(data).hexdigest() != expected:
+        raise ValueError(f"{filename} from {page} does not match the index's sha256 {expected}")
+    SDIST_DIR.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=SDIST_DIR) as tmp, tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        prefix = f"faust_streaming-{version}/examples/"
+        members = [m for m in tar.getmembers() if m.name.startswith(prefix) and m.isfile()]
+        if not members:
+            raise ValueError(f"no examples/ in {filename}")
+        tar.extractall(tmp, members=members, filter="data")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        (Path(tmp) / prefix).rename(target)
+
+
+def _examples(version: str) -> Path:
+    """The ``examples/`` folder of faust-streaming ``version``: cached, else fetched, else the
+    test fails with one line saying why."""
+    target = SDIST_DIR / f"faust_streaming-{version}" / "examples"
+    if not target.is_dir():
+        try:
+            _fetch_examples(version, target)
+        except (OSError, ValueError, KeyError, tarfile.TarError) as exc:
+            pytest.fail(f"cannot get faust-streaming {version}'s examples from its sdist: {exc}", pytrace=False)
+    return target
+
+
 @pytest.fixture(scope="session")
 def examples() -> Path:
-    """faust-streaming's ``examples/`` folder, from its sdist (downloaded once)."""
-    version = _faust_version()
-    target = SDIST_DIR / f"faust_streaming-{version}" / "examples"
-    if target.is_dir():
-        return target
-    SDIST_DIR.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-binary", ":all:",
-         "--no-deps", f"faust-streaming=={version}", "-d", str(SDIST_DIR)],
-        check=True, timeout=600,
-    )
-    archive = SDIST_DIR / f"faust_streaming-{version}.tar.gz"
-    with tarfile.open(archive) as tar:
-        members = [m for m in tar.getmembers() if "/examples/" in m.name and m.isfile()]
-        tar.extractall(SDIST_DIR, members=members, filter="data")
-    assert target.is_dir(), f"no examples/ in {archive.name}"
-    return target
+    """faust-streaming's ``examples/`` folder, from its sdist (fetched once)."""
+    return _examples(_faust_version())
 
 
 def rewrite(source: str, broker_url: str) -> str:
@@ -238,6 +287,101 @@ def test_the_rewrite_changes_only_imports_and_the_broker() -> None:
     )
     no_broker = rewrite("import faust\napp = faust.App('x')\nif __name__ == '__main__':\n    app.main()\n", "kafka://h:1")
     assert no_broker.splitlines()[2:4] == ["app.conf.broker = 'kafka://h:1'", ""]
+
+
+class _Index:
+    """A package index on loopback serving one sdist of faust-streaming through the PEP 691 JSON
+    API (``sha256`` as given), or answering 500 to every request."""
+
+    def __init__(self, sdist: bytes, *, sha256: str | None = None, failing: bool = False) -> None:
+        index = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                index.requests.append(self.path)
+                if failing:
+                    self.send_error(500, "index down")
+                    return
+                if self.path == "/simple/faust-streaming/":
+                    digest = sha256 or hashlib.sha256(sdist).hexdigest()
+                    files = [{"filename": "faust_streaming-9.9.9.tar.gz", "url": "/files/f.tar.gz",
+                              "hashes": {"sha256": digest}}]
+                    body = json.dumps({"files": files}).encode()
+                else:
+                    body = sdist
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.requests: list[str] = []
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/simple"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> _Index:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _sdist(files: dict[str, str]) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
+        for name, text in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(text.encode())
+            tar.addfile(info, io.BytesIO(text.encode()))
+    return out.getvalue()
+
+
+SDIST = _sdist({
+    "faust_streaming-9.9.9/examples/hello_world.py": "import faust\n",
+    "faust_streaming-9.9.9/examples/windowing/tumbling.py": "import faust\n",
+    "faust_streaming-9.9.9/setup.py": "raise SystemExit('never run')\n",
+})
+
+
+def _fetch_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, index_url: str) -> str:
+    monkeypatch.setenv("PIP_INDEX_URL", index_url)
+    monkeypatch.setattr(sys.modules[__name__], "SDIST_DIR", tmp_path / "faust-sdist")
+    started = time.monotonic()
+    with pytest.raises(pytest.fail.Exception) as failed:
+        _examples("9.9.9")
+    assert time.monotonic() - started < 30
+    assert not (tmp_path / "faust-sdist" / "faust_streaming-9.9.9").exists()  # nothing half-unpacked
+    message = str(failed.value)
+    assert len(message.splitlines()) == 1 and message.startswith("cannot get faust-streaming 9.9.9's examples"), message
+    return message
+
+
+def test_the_examples_come_from_the_sdist_without_building_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys.modules[__name__], "SDIST_DIR", tmp_path / "faust-sdist")
+    with _Index(SDIST) as index:
+        monkeypatch.setenv("PIP_INDEX_URL", index.url)
+        found = _examples("9.9.9")
+        assert _examples("9.9.9") == found  # cached: asked once
+    assert index.requests == ["/simple/faust-streaming/", "/files/f.tar.gz"]
+    assert found == tmp_path / "faust-sdist" / "faust_streaming-9.9.9" / "examples"
+    assert sorted(str(p.relative_to(found)) for p in found.rglob("*.py")) == ["hello_world.py", "windowing/tumbling.py"]
+    assert not (found.parent / "setup.py").exists()  # only examples/ is unpacked
+
+
+def test_examples_that_cannot_be_had_fail_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with _Index(SDIST, sha256="0" * 64) as index:
+        assert "does not match the index's sha256" in _fetch_fails(tmp_path, monkeypatch, index.url)
+    with _Index(SDIST, failing=True) as index:
+        assert "HTTP Error 500" in _fetch_fails(tmp_path, monkeypatch, index.url)
+    with socket.socket() as closed:  # a loopback port nobody listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    assert "Connection refused" in _fetch_fails(tmp_path, monkeypatch, f"http://127.0.0.1:{port}/simple")
 
 
 def test_hello_world(example: Callable[[str], Example]) -> None:
