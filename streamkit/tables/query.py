@@ -68,7 +68,9 @@ def parse_keys(table: Table, text: str) -> list[Any]:
                 as_json = msgspec.json.decode(text.encode())
             except msgspec.DecodeError:
                 return [text]  # bare text: a string key
-            return [as_json] if as_json == text else [as_json, text]
+            if as_json is None or isinstance(as_json, (list, dict)) or as_json == text:
+                return [text]  # null, arrays and objects are no table's keys (None, unhashable)
+            return [as_json, text]
         return [msgspec.json.decode(text.encode(), type=key_type)]
     except (ValueError, msgspec.DecodeError, msgspec.ValidationError) as exc:
         name = getattr(key_type, "__name__", str(key_type))

@@ -97,6 +97,9 @@ async def test_an_untyped_tables_key_is_found_as_the_scan_lists_it() -> None:
             assert (await get("2.5"))[1] == {"key": 2.5, "value": 7, "partition": _home(app, 2.5)}
             status, body = await get("6")
             assert status == 404 and body == {"error": "key '6' is not in table 'totals'"}
+            # JSON that is no key (null) or not one here (a list) is a plain 404 too.
+            for text, shown in [("null", "null"), ("%5B1%5D", "[1]")]:
+                assert await get(text) == (404, {"error": f"key {shown!r} is not in table 'totals'"})
 
 
 def _home(app: sk.App, key: object) -> int:
