@@ -87,7 +87,10 @@ def _fetch_examples(version: str, target: Path) -> None:
                     raise TimeoutError(f"{url} took longer than {SDIST_TIMEOUT_S:.0f} s")
         return b"".join(chunks)
 
-    listing = json.loads(read(page, "application/vnd.pypi.simple.v1+json"))
+    try:
+        listing = json.loads(read(page, "application/vnd.pypi.simple.v1+json"))
+    except ValueError:
+        raise ValueError(f"{page} did not answer in JSON (PEP 691)") from None
     entry = next((f for f in listing.get("files", []) if f.get("filename") == filename), None)
     if entry is None:
         raise ValueError(f"{page} lists no {filename}")
