@@ -13,8 +13,6 @@ import signal
 import sys
 from pathlib import Path
 
-import pytest
-
 from streamkit._core.partitioner import partition_for_key
 from streamkit.transport.base import open_log_client
 from tests.tables.test_table_failover import WorkerProc, _get, _until
@@ -65,7 +63,6 @@ async def _produce(url: str, pairs: list[tuple[object, int]]) -> None:
         await client.aclose()
 
 
-@pytest.mark.slow
 async def test_each_reading_of_an_untyped_key_is_routed_to_the_worker_holding_it(tmp_path: Path) -> None:
     broker = BrokerProcess(tmp_path / "broker").start(same_port=False)
     url = f"kafka://{broker.bootstrap}"
