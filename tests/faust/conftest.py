@@ -51,6 +51,8 @@ def faust_python() -> Path:
         try:
             done = subprocess.run(step, capture_output=True, text=True, timeout=FAUST_INSTALL_TIMEOUT_S)
         except subprocess.TimeoutExpired:
+            done = None  # failed below, outside the except block: one line, no exception chain
+        if done is None:
             pytest.fail(f"installing faust-streaming into {FAUST_VENV} took over {FAUST_INSTALL_TIMEOUT_S:.0f} s", pytrace=False)
         if done.returncode != 0:
             why = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]

@@ -113,12 +113,15 @@ def _examples(version: str) -> Path:
     """The ``examples/`` folder of faust-streaming ``version``: cached, else fetched, else the
     test fails with one line saying why."""
     target = SDIST_DIR / f"faust_streaming-{version}" / "examples"
-    if not target.is_dir():
-        try:
-            _fetch_examples(version, target)
-        except (OSError, ValueError, KeyError, tarfile.TarError) as exc:
-            pytest.fail(f"cannot get faust-streaming {version}'s examples from its sdist: {exc}", pytrace=False)
-    return target
+    if target.is_dir():
+        return target
+    try:
+        _fetch_examples(version, target)
+        return target
+    except (OSError, ValueError, KeyError, tarfile.TarError) as exc:
+        why = str(exc)
+    # Outside the except block: pytest would show the chain of exceptions, not one line.
+    pytest.fail(f"cannot get faust-streaming {version}'s examples from its sdist: {why}", pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -411,6 +414,7 @@ def _fetch_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, index_url: str
         _examples("9.9.9")
     assert time.monotonic() - started < 30
     assert not (tmp_path / "faust-sdist" / "faust_streaming-9.9.9").exists()  # nothing half-unpacked
+    assert failed.value.__context__ is None  # pytest shows no chain of exceptions before the line
     message = str(failed.value)
     assert len(message.splitlines()) == 1 and message.startswith("cannot get faust-streaming 9.9.9's examples"), message
     return message
