@@ -583,7 +583,8 @@ def faust_python(explicit: str | None) -> Path:
     base = getattr(sys, "_base_executable", sys.executable)
     subprocess.run([base, "-m", "venv", "--clear", str(FAUST_VENV)], check=True)
     subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-r", str(FAUST_REQUIREMENTS)],
+        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--only-binary", ":all:",
+         "-r", str(FAUST_REQUIREMENTS)],
         check=True,
     )
     stamp.write_text(digest + "\n")

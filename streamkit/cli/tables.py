@@ -91,7 +91,11 @@ def list_(app_ref: str, state_dir: str | None, url: str | None) -> None:
 @state_dir_option
 @url_option
 def get(app_ref: str, name: str, key: str, state_dir: str | None, url: str | None) -> None:
-    """Print ``{"key": ..., "value": ...}`` for KEY of table NAME (exit 1 when absent)."""
+    """Print ``{"key": ..., "value": ...}`` for KEY of table NAME (exit 1 when absent).
+
+    KEY is read by the table's key type; for an untyped table as JSON first, then as text:
+    ``0`` is the integer 0 if that is a key, else the string "0" (``'"0"'`` is only the string).
+    """
     app = load_app(app_ref)
     base = url or _recorded_url(state_dir or default_state_dir(app))
     if base is not None:

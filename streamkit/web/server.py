@@ -48,6 +48,7 @@ logger = logging.getLogger(__name__)
 
 MAX_REQUEST_BYTES = 16 * 1024
 ROUTED_HEADER = "X-Streamkit-Routed-By"
+READING_HEADER = "X-Streamkit-Key-Reading"  # which of a routed key's readings (query.parse_keys) to look up
 ROUTE_TIMEOUT_S = 5.0
 
 
@@ -148,14 +149,10 @@ class WebServer:
         try:
             query.lookup(table, key_text)
             return None
-        except query.QueryError as exc:
-            if exc.status != 503:
-                return None  # absent from a partition held here, or a key the view may refuse
-        try:
-            partition = table.partition_of(query.parse_key(table, key_text))
+        except query.NotHeldHere as exc:
+            return await self._ask_owner(exc.partition, request)
         except TableError:
-            return None
-        return await self._ask_owner(partition, request)
+            return None  # absent from a partition held here, or a key the view may refuse
 
     async def route_topic(self, topic: Topic, key_text: str, request: web.Request) -> ViewResponse | None:
         """For ``@app.topic_route``: None when this worker consumes the key's partition of
@@ -245,32 +242,46 @@ class WebServer:
         return self._json({"app": self.worker.app.id, "tables": self.worker.state_manager.describe()})
 
     async def _table_get(self, request: web.Request) -> web.Response:
+        """A key's readings (``query.parse_keys``) in order: one found here answers; one whose
+        partition another worker owns is asked of that worker (for that reading only), and its
+        404 moves on to the next reading, so every worker answers as the key's owners would."""
         try:
             table = query.find_table(self.worker.app.tables, request.match_info["name"])
-            try:
-                return self._json(query.lookup(
-                    table, request.match_info["key"], _ms(request, "from"), _ms(request, "to")
-                ))
-            except query.QueryError as exc:
-                if exc.status != 503 or ROUTED_HEADER in request.headers:
-                    raise
-                routed = await self._route(table.partition_of(query.parse_key(table, request.match_info["key"])), request)
-                if routed is None:
-                    raise
-                return routed
+            text = request.match_info["key"]
+            readings = slice(None)
+            if ROUTED_HEADER in request.headers and READING_HEADER in request.headers:
+                try:
+                    one = int(request.headers[READING_HEADER])
+                except ValueError:
+                    raise query.QueryError(400, f"bad {READING_HEADER}: {request.headers[READING_HEADER]!r}") from None
+                readings = slice(one, one + 1)
+            while True:
+                try:
+                    return self._json(query.lookup(table, text, _ms(request, "from"), _ms(request, "to"), readings=readings))
+                except query.NotHeldHere as exc:
+                    if ROUTED_HEADER in request.headers:
+                        raise
+                    routed = await self._route(exc.partition, exc.reading, request)
+                    if routed is None:
+                        raise
+                    if routed.status != 404 and not (table.is_windowed and _no_windows(routed)):
+                        return routed
+                    readings = slice(exc.reading + 1, None)  # not a key under that reading: the next
         except query.QueryError as exc:
             return self._json({"error": exc.message}, exc.status)
 
-    async def _route(self, partition: int, request: web.Request) -> web.Response | None:
-        """Ask the worker that owns ``partition`` (known from the group's assignment), once:
-        the routed request carries a header so it is never routed again."""
+    async def _route(self, partition: int, reading: int, request: web.Request) -> web.Response | None:
+        """Ask the worker that owns ``partition`` (known from the group's assignment) about the
+        key's reading ``reading``, once: the routed request carries a header so it is never
+        routed again."""
         owner = self.worker.owner_url(partition)
         if owner is None or owner.rstrip("/") == self.url:
             return None
         timeout = aiohttp.ClientTimeout(total=ROUTE_TIMEOUT_S)
+        headers = {ROUTED_HEADER: self.url, READING_HEADER: str(reading)}
         try:
             async with aiohttp.ClientSession(timeout=timeout) as http, http.get(
-                owner.rstrip("/") + request.rel_url.path_qs, headers={ROUTED_HEADER: self.url}
+                owner.rstrip("/") + request.rel_url.path_qs, headers=headers
             ) as response:
                 body = await response.read()
                 return web.Response(body=body, status=response.status, content_type="application/json")
@@ -330,6 +341,17 @@ class WebServer:
             for reason, n in sorted({"window-closed": 0, **reasons}.items()):
                 lines.append(f'streamkit_late_records_total{{app="{app}",table="{table}",reason="{reason}"}} {n}')
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+
+def _no_windows(response: web.Response) -> bool:
+    """A windowed table's owner answered 200 with no windows: the key has none under the
+    reading asked (a windowed lookup answers so where another table answers 404)."""
+    if response.status != 200 or not isinstance(response.body, bytes):
+        return False
+    try:
+        return bool(json.loads(response.body).get("windows") == [])
+    except (ValueError, AttributeError):
+        return False
 
 
 def _ms(request: web.Request, name: str) -> int | None:

@@ -25,6 +25,7 @@ from broker_helpers import BrokerProcess
 ROOT = Path(__file__).resolve().parents[2]
 FAUST_VENV = ROOT / "benchmarks" / ".data" / "venv-faust"
 FAUST_REQUIREMENTS = ROOT / "benchmarks" / "requirements-faust.txt"
+FAUST_INSTALL_TIMEOUT_S = 200.0  # under the tests' 300 s
 
 
 @pytest.fixture(scope="session")
@@ -38,11 +39,24 @@ def faust_python() -> Path:
     if python.exists() and stamp.exists() and stamp.read_text().strip() == digest:
         return python
     base = getattr(sys, "_base_executable", sys.executable)
-    subprocess.run([base, "-m", "venv", "--clear", str(FAUST_VENV)], check=True)
-    subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-r", str(FAUST_REQUIREMENTS)],
-        check=True,
-    )
+    # Wheels only: every pin has one for CPython 3.11 on Linux (about 10 s from an empty pip
+    # cache), and a pin that had none would fail here at once instead of building from source
+    # for longer than a test may take.
+    steps = [
+        [base, "-m", "venv", "--clear", str(FAUST_VENV)],
+        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--only-binary", ":all:",
+         "-r", str(FAUST_REQUIREMENTS)],
+    ]
+    for step in steps:
+        try:
+            done = subprocess.run(step, capture_output=True, text=True, timeout=FAUST_INSTALL_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            done = None  # failed below, outside the except block: one line, no exception chain
+        if done is None:
+            pytest.fail(f"installing faust-streaming into {FAUST_VENV} took over {FAUST_INSTALL_TIMEOUT_S:.0f} s", pytrace=False)
+        if done.returncode != 0:
+            why = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+            pytest.fail(f"cannot install faust-streaming into {FAUST_VENV}: {why}", pytrace=False)
     stamp.write_text(digest + "\n")
     return python
 

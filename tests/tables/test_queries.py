@@ -68,3 +68,39 @@ async def test_tables_are_queryable_and_bad_input_is_a_clear_error() -> None:
     assert len(dead) == 1
     error = dict(dead[0].headers)["streamkit.error"].decode()
     assert "'seven' is a str, but the table's values are int" in error
+
+
+async def test_an_untyped_tables_key_is_found_as_the_scan_lists_it() -> None:
+    """Faust's tabletest counts under ``str(partition)``: the scan lists the key "0", so the path
+    ``0`` finds it, though ``0`` read as JSON is the integer 0. JSON wins when both exist."""
+    from tests.tables.untyped_app import app, events
+
+    async with AppDriver(app) as driver, WebServer(driver.worker, port=0) as web:
+        await driver.send(events, 125250, key="0")
+        await driver.send(events, 3, key="5")
+        await driver.send(events, 5, key=5)
+        await driver.send(events, 7, key=2.5)
+        await driver.process()
+
+        async def get(text: str) -> tuple[int, object]:
+            async with http.get(f"{web.url}/tables/totals/{text}") as r:
+                return r.status, await r.json()
+
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{web.url}/tables/totals") as r:
+                scanned = await r.json()
+            assert {"key": "0", "value": 125250} in scanned
+            assert await get("0") == (200, {"key": "0", "value": 125250, "partition": _home(app, "0")})
+            assert (await get("%220%22"))[1]["key"] == "0"  # the JSON spelling of the string
+            assert (await get("5"))[1]["key"] == 5  # both exist: the JSON reading wins
+            assert (await get("%225%22"))[1]["key"] == "5"
+            assert (await get("2.5"))[1] == {"key": 2.5, "value": 7, "partition": _home(app, 2.5)}
+            status, body = await get("6")
+            assert status == 404 and body == {"error": "key '6' is not in table 'totals'"}
+            # JSON that is no key (null) or not one here (a list) is a plain 404 too.
+            for text, shown in [("null", "null"), ("%5B1%5D", "[1]")]:
+                assert await get(text) == (404, {"error": f"key {shown!r} is not in table 'totals'"})
+
+
+def _home(app: sk.App, key: object) -> int:
+    return app.tables["totals"].partition_of(key)

@@ -51,10 +51,10 @@ async def _until(check: Any, what: str, timeout: float = 60.0) -> Any:
 
 
 class WorkerProc:
-    def __init__(self, tmp: Path, name: str, env: dict[str, str]) -> None:
+    def __init__(self, tmp: Path, name: str, env: dict[str, str], app: str = "counting_app:app") -> None:
         self.stderr_path = tmp / f"{name}.stderr"
         self.proc = subprocess.Popen(
-            [STREAMKIT, "worker", "-A", "counting_app:app", "--web-port", "0", "--state-dir", str(tmp / name),
+            [STREAMKIT, "worker", "-A", app, "--web-port", "0", "--state-dir", str(tmp / name),
              "--progress-interval", "0"],
             env=env, cwd=tmp, stderr=open(self.stderr_path, "w"), text=True,  # noqa: SIM115
         )
