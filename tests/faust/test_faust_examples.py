@@ -373,7 +373,7 @@ class _Index:
                 self.wfile.write(body)
 
             def log_message(self, *args: Any) -> None:
-                pass
+                return None  # the test's index stays quiet on stderr
 
         self.requests: list[str] = []
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
