@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import re
+import signal
 import subprocess
+
+
+def interruptible() -> None:
+    """``preexec_fn`` of a process a test stops with Ctrl-C (SIGINT): a shell that starts a
+    job in the background (``make test &``, nohup, some CI runners) sets SIGINT to ignored,
+    the child inherits that, and Python then installs no KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 async def wait_for_line(proc: subprocess.Popen[str], pattern: str, seen: list[str], timeout: float = 60) -> None:

@@ -28,17 +28,10 @@ from streamkit.cli.main import cli
 from streamkit.log.manager import OWNER_FILE, LogManager
 from streamkit.log.records import NewRecord
 from streamkit.transport.kafka_tools import FetchOutOfRangeError, KafkaTools, TopicNotFoundError
+from tests.worker_process import interruptible
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "broker"))
 from broker_helpers import STREAMKIT, BrokerProcess
-
-
-def interruptible() -> None:
-    """In the child: Ctrl-C (SIGINT) interrupts it. A shell that starts a job in the
-    background (``make test &``, nohup, some CI runners) sets SIGINT to ignored, the child
-    inherits that and Python then installs no KeyboardInterrupt handler."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
 
 _CLEAN_ENV = {"STREAMKIT_DATA_DIR": None, "STREAMKIT_BOOTSTRAP": None}
 

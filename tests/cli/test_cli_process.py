@@ -11,14 +11,7 @@ import time
 from pathlib import Path
 
 from streamkit.log.manager import LogManager
-
-
-def interruptible() -> None:
-    """In the child: Ctrl-C (SIGINT) interrupts it. A shell that starts a job in the
-    background (``make test &``, nohup, some CI runners) sets SIGINT to ignored, the child
-    inherits that and Python then installs no KeyboardInterrupt handler."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
+from tests.worker_process import interruptible
 
 STREAMKIT = Path(sys.executable).parent / "streamkit"  # the console script of this venv
 

@@ -14,6 +14,7 @@ import pytest
 
 import streamkit as faust
 from streamkit.cli import argument, option
+from tests.worker_process import interruptible
 
 APP = '''
 import asyncio
@@ -88,7 +89,7 @@ def _commands_work(script: Path, *where: str) -> None:
 
     # Ctrl-C ends a command that never returns: exit 130, no traceback, its sends kept.
     proc = subprocess.Popen([sys.executable, str(script), "keep-sending"], cwd=script.parent,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
     assert proc.stdout is not None
     deadline = time.monotonic() + 60
     sent = 0

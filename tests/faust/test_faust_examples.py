@@ -53,6 +53,7 @@ import pytest
 import streamkit as faust
 from streamkit._core.types import TopicPartition
 from streamkit.transport.base import open_log_client
+from tests.worker_process import interruptible
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUIREMENTS = ROOT / "benchmarks" / "requirements-faust.txt"
@@ -179,6 +180,7 @@ class Run:
         self.proc = subprocess.Popen(
             args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, "PYTHONPATH": _pythonpath(cwd), "PYTHONUNBUFFERED": "1"},
+            preexec_fn=interruptible,  # a command the test stops with Ctrl-C
         )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
