@@ -75,7 +75,7 @@ def _consume(*args: str) -> list[str]:
     return out.stdout.splitlines()
 
 
-def _commands_work(script: Path, *where: str) -> None:
+def _check_commands(script: Path, *where: str) -> None:
     joined = _run(script, "joining", "home", "alice", "--times", "2")
     assert joined.returncode == 0 and joined.stdout == "alice joined home (commands)\n", joined.stderr
     hello = _run(script, "hello")
@@ -109,13 +109,13 @@ def _commands_work(script: Path, *where: str) -> None:
 
 def test_commands_on_the_embedded_log(tmp_path: Path) -> None:
     script = _write(tmp_path, f"file://{tmp_path / 'log'}")
-    _commands_work(script, "--data-dir", str(tmp_path / "log"))
+    _check_commands(script, "--data-dir", str(tmp_path / "log"))
 
 
 def test_commands_against_streamkit_broker(tmp_path: Path, broker: object) -> None:
     bootstrap = broker.bootstrap  # type: ignore[attr-defined]
     script = _write(tmp_path, f"kafka://{bootstrap}")
-    _commands_work(script, "--bootstrap", bootstrap)
+    _check_commands(script, "--bootstrap", bootstrap)
 
 
 def test_a_command_is_declared_as_faust_declares_it() -> None:
