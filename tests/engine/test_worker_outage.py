@@ -72,6 +72,17 @@ def socketless_port() -> Iterator[int]:
         yield sock.getsockname()[1]
 
 
+async def _sigterm(proc: subprocess.Popen[bytes], log: Path, wait_s: float) -> tuple[int, float]:
+    """SIGTERM to the worker; its exit code and how long it took to exit."""
+    began = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        code = await asyncio.to_thread(proc.wait, wait_s)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"the worker ignored SIGTERM:\n{log.read_text()}") from None
+    return code, time.monotonic() - began
+
+
 def _assert_quiet(text: str) -> None:
     for noise in NOISE:
         assert noise not in text, f"{noise!r} in the worker's output:\n{text}"
@@ -97,13 +108,7 @@ async def test_a_worker_whose_broker_is_gone_stops_on_sigterm_within_the_shutdow
             assert broker.proc is not None
             broker.proc.send_signal(signal.SIGSTOP)
         await asyncio.sleep(1.0)  # the worker's clients notice
-        began = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        try:
-            code = await asyncio.to_thread(proc.wait, SHUTDOWN_TIMEOUT_S + 30)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"the worker ignored SIGTERM:\n{log.read_text()}") from None
-        took = time.monotonic() - began
+        code, took = await _sigterm(proc, log, SHUTDOWN_TIMEOUT_S + 30)
     finally:
         if proc is not None and proc.poll() is None:
             proc.kill()
@@ -164,13 +169,7 @@ async def test_a_worker_with_nothing_to_commit_stops_quietly_after_its_broker_we
             assert broker.proc is not None
             broker.proc.send_signal(signal.SIGSTOP)
             await asyncio.sleep(1.0)  # requests wait for answers that do not come
-        began = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        try:
-            code = await asyncio.to_thread(proc.wait, SHUTDOWN_TIMEOUT_S + 30)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"the worker ignored SIGTERM:\n{log.read_text()}") from None
-        took = time.monotonic() - began
+        code, took = await _sigterm(proc, log, SHUTDOWN_TIMEOUT_S + 30)
     finally:
         if proc is not None and proc.poll() is None:
             proc.kill()
@@ -203,13 +202,7 @@ async def test_a_worker_starting_against_a_hung_broker_stops_on_sigterm(tmp_path
     try:
         await _until_logged(proc, log, "Attempting to bootstrap")  # aiokafka's debug line
         await asyncio.sleep(1.0)  # connected, waiting for an answer
-        began = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        try:
-            code = await asyncio.to_thread(proc.wait, 60)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"the worker ignored SIGTERM:\n{log.read_text()}") from None
-        took = time.monotonic() - began
+        code, took = await _sigterm(proc, log, 60)
     finally:
         if proc.poll() is None:
             proc.kill()

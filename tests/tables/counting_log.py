@@ -3,7 +3,9 @@ worker: keyed records produced to ``events``, and the group's committed offsets.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from streamkit._core.partitioner import partition_for_key
 from streamkit._core.types import TopicPartition
@@ -13,17 +15,23 @@ from streamkit.transport.base import open_log_client
 PARTITIONS = 3  # counting_app's events topic
 
 
-async def produce(url: str, pairs: list[tuple[str, int]]) -> None:
-    """``(key, count)`` records to ``events``, placed as producers place keys."""
+async def produce(
+    url: str,
+    pairs: Sequence[tuple[Any, int]],
+    encode_key: Callable[[Any], bytes] = str.encode,
+    partitions: int = PARTITIONS,
+) -> None:
+    """``(key, count)`` records to ``events`` (of ``partitions``), placed as producers place
+    keys (``encode_key`` makes a key's bytes)."""
     client = open_log_client(url)
     await client.start()
     try:
-        await client.ensure_topic("events", PARTITIONS)
+        await client.ensure_topic("events", partitions)
         producer = client.producer()
         await producer.start()
         for key, value in pairs:
-            raw = key.encode()
-            await producer.send("events", raw, str(value).encode(), partition=partition_for_key(raw, PARTITIONS))
+            raw = encode_key(key)
+            await producer.send("events", raw, str(value).encode(), partition=partition_for_key(raw, partitions))
         await producer.aclose()
     finally:
         await client.aclose()

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from streamkit._core.partitioner import partition_for_key
-from streamkit.transport.base import open_log_client
+from tests.tables.counting_log import produce
 from tests.tables.test_table_failover import WorkerProc, _get, _until
 from tests.tables.untyped_app import PARTITIONS
 
@@ -49,18 +49,8 @@ def _split(first: set[int], second: set[int]) -> dict[str, str]:
 
 
 async def _produce(url: str, pairs: list[tuple[object, int]]) -> None:
-    client = open_log_client(url)
-    await client.start()
-    try:
-        await client.ensure_topic("events", PARTITIONS)
-        producer = client.producer()
-        await producer.start()
-        for key, value in pairs:
-            raw = json.dumps(key).encode()
-            await producer.send("events", raw, str(value).encode(), partition=partition_for_key(raw, PARTITIONS))
-        await producer.aclose()
-    finally:
-        await client.aclose()
+    """Keys as the app's JSON key serializer writes them."""
+    await produce(url, pairs, lambda key: json.dumps(key).encode(), PARTITIONS)
 
 
 async def test_each_reading_of_an_untyped_key_is_routed_to_the_worker_holding_it(tmp_path: Path) -> None:
