@@ -86,10 +86,16 @@ class TaskProducers:
         (or already was, when it was fenced)."""
         producer = self.producers.pop(partition, None)
         if producer is not None:
+            known = producer.fenced  # said when it was found
             try:
                 await producer.aclose()
             except TransportError as exc:
                 logger.warning("closing the producer of task %d: %s", partition, exc)
+            if producer.fenced and not known:
+                logger.warning(
+                    "task %d was fenced (a newer owner took its transactional id): its open transaction "
+                    "was aborted by the log", partition,
+                )
 
     async def aclose(self) -> None:
         # All at once: a stop that gives up on the log cancels this once, and each close,

@@ -176,6 +176,9 @@ class TransactionalProducer(Producer, Protocol):
     transactional_id: str
     commits: int
     aborts: int
+    fenced: bool
+    """True once the log refused this producer because a newer instance took its
+    transactional id (it stays True: the worker says which task was fenced)."""
 
     @property
     def transaction_open(self) -> bool: ...

@@ -389,6 +389,9 @@ class EmbeddedProducer:
             raise first
 
 
+_FENCES = (ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+
+
 class EmbeddedTransactionalProducer(EmbeddedProducer):
     """A transactional producer over the log in this process (``TransactionalProducer``).
 
@@ -414,10 +417,14 @@ class EmbeddedTransactionalProducer(EmbeddedProducer):
         self.commits = 0
         self.aborts = 0
         self._fenced = False  # a newer epoch exists: abort_transaction takes one too
+        self.fenced = False  # the log refused this producer once for a newer instance (sticky)
+
+    def _fence(self) -> None:
+        self._fenced = self.fenced = True
 
     def _txn_error(self, error: ErrorCode, what: str) -> TransportError:
-        if error in (ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.INVALID_PRODUCER_ID_MAPPING):
-            self._fenced = True
+        if error in _FENCES:
+            self._fence()
             return ProducerFencedError(f"{what}: the producer was fenced ({error.name})")
         return TransactionAbortedError(f"{what}: {error.name}")
 
@@ -517,7 +524,7 @@ class EmbeddedTransactionalProducer(EmbeddedProducer):
                 else:
                     result = states.append(partition, header, data, crc_checked=True)
             except InvalidProducerEpochError as exc:
-                self._fenced = True
+                self._fence()
                 self._fail(batch, ProducerFencedError(f"append to {tp} refused, the producer was fenced: {exc}"))
                 continue
             except LogError as exc:
@@ -561,6 +568,14 @@ class EmbeddedTransactionalProducer(EmbeddedProducer):
         """Drop what is buffered and abort the open transaction. After a fence (the
         coordinator aborted it and bumped the epoch) this takes a new epoch, so the producer
         can go on."""
+        await self._abort()
+        if self._fenced:
+            # Fenced: the coordinator aborted our transaction already; a new epoch goes on
+            # (and fences the instance that fenced us: one worker owns the embedded log).
+            await self._init_id()
+            self._fenced = False
+
+    async def _abort(self) -> None:
         buffers, self._buffers = self._buffers, {}
         for batch in buffers.values():
             self._fail(batch, TransactionAbortedError("the transaction was aborted"))
@@ -570,19 +585,18 @@ class EmbeddedTransactionalProducer(EmbeddedProducer):
         assert coordinator is not None
         if self._in_txn and not self._fenced:
             error = await coordinator.end_txn(self.transactional_id, self._producer_id, self._epoch, False)
-            self._fenced = error is not ErrorCode.NONE
+            if error in _FENCES:
+                self._fence()
+            else:
+                self._fenced = error is not ErrorCode.NONE
         self._in_txn.clear()
         self.aborts += 1
-        if self._fenced:
-            # Fenced: the coordinator aborted our transaction already; a new epoch goes on
-            # (and fences the instance that fenced us: one worker owns the embedded log).
-            await self._init_id()
-            self._fenced = False
 
     async def aclose(self) -> None:
-        """Abort what was not committed: only ``commit_transaction`` makes records visible."""
+        """Abort what was not committed: only ``commit_transaction`` makes records visible.
+        A fenced producer ends as it is (a new epoch would fence the newer instance)."""
         if self._coordinator is not None and (self._in_txn or self._buffers or any(not t.done() for t in self._tasks)):
-            await self.abort_transaction()
+            await self._abort()
 
 
 

@@ -32,7 +32,6 @@ that never started is never left unclosed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
@@ -100,6 +99,24 @@ async def _abandon_producer(producer: AIOKafkaProducer) -> None:
     sender = getattr(producer, "_sender", None)
     await end_tasks([getattr(sender, "sender_task", None)])
     await producer.client.close()
+
+
+def _sender_error(producer: AIOKafkaProducer | None) -> BaseException | None:
+    """The error that ended aiokafka's sender task (None while it runs). aiokafka leaves it
+    set on futures nobody awaits (the transaction's waiter, each pending batch's drain
+    waiter): they are retrieved here, or asyncio logs each as a "never retrieved" traceback."""
+    task = getattr(getattr(producer, "_sender", None), "sender_task", None)
+    if not isinstance(task, asyncio.Future) or not task.done() or task.cancelled() or task.exception() is None:
+        return None
+    accumulator = getattr(producer, "_message_accumulator", None)
+    batches = [b for queue in getattr(accumulator, "_batches", {}).values() for b in queue]
+    batches.extend(getattr(accumulator, "_pending_batches", ()))
+    waiters = [getattr(batch, "_drain_waiter", None) for batch in batches]
+    waiters.append(getattr(getattr(producer, "_txn_manager", None), "_transaction_waiter", None))
+    for waiter in waiters:
+        if isinstance(waiter, asyncio.Future) and waiter.done() and not waiter.cancelled():
+            waiter.exception()
+    return task.exception()
 
 
 class KafkaLogClient:
@@ -489,7 +506,8 @@ class KafkaTransactionalProducer(KafkaProducer):
         self.commits = 0
         self.aborts = 0
         self._ending = False
-        self._fenced = False
+        self._fenced = False  # aiokafka's producer is broken: abort_transaction replaces it
+        self.fenced = False  # the log refused this producer once for a newer instance (sticky)
         self._touched = False  # a batch or offsets went into the open transaction
 
     @property
@@ -503,6 +521,23 @@ class KafkaTransactionalProducer(KafkaProducer):
         if self._open or self._ready:
             self._touched = True  # these batches go into the open (or, while one ends, the next) transaction
         super()._kick()
+
+    def _fail(self, batch: _Batch, error: TransportError) -> None:
+        if isinstance(error, ProducerFencedError):
+            self.fenced = True
+        super()._fail(batch, error)
+
+    def _sender_failed(self) -> bool:
+        """Whether aiokafka's sender ended on an error (a fence, when a partition new to the
+        transaction was refused). Its transaction state is then fatal and refuses every
+        transition with an internal assertion: only a new producer goes on."""
+        error = _sender_error(self._producer)
+        if error is None:
+            return False
+        self._fenced = True
+        if isinstance(error, ProducerFenced):
+            self.fenced = True
+        return True
 
     async def start(self) -> None:
         if not self._started:
@@ -531,6 +566,10 @@ class KafkaTransactionalProducer(KafkaProducer):
             if isinstance(exc.__cause__, ProducerFencedError):
                 raise ProducerFencedError(f"a send of the transaction was fenced: {exc.__cause__}") from exc
             raise TransactionAbortedError(f"a send of the transaction failed: {exc}") from exc
+        if self._sender_failed():
+            if self.fenced:
+                raise ProducerFencedError("the transaction did not commit, the producer was fenced")
+            raise TransactionAbortedError("the transaction did not commit: the producer's sender failed")
         if not self._touched and not offsets:
             return
         self._ending = True
@@ -541,7 +580,7 @@ class KafkaTransactionalProducer(KafkaProducer):
                 )
             await self._kafka().commit_transaction()
         except ProducerFenced as exc:
-            self._fenced = True
+            self._fenced = self.fenced = True
             self._ending = False
             raise ProducerFencedError(f"the transaction did not commit, the producer was fenced: {exc}") from exc
         except KafkaError as exc:
@@ -565,11 +604,12 @@ class KafkaTransactionalProducer(KafkaProducer):
             if self._undelivered:
                 await asyncio.gather(*list(self._undelivered), return_exceptions=True)
             self._failures.clear()
+            self._sender_failed()
             if not self._fenced:
                 try:
                     await self._kafka().abort_transaction()
                 except ProducerFenced:
-                    self._fenced = True
+                    self._fenced = self.fenced = True
                 except KafkaError as exc:
                     logger.warning("aborting the transaction failed, starting a new producer: %r", exc)
                     self._fenced = True
@@ -588,9 +628,15 @@ class KafkaTransactionalProducer(KafkaProducer):
     async def _end(self) -> None:
         """Abort what was not committed: only ``commit_transaction`` makes records visible."""
         self._ending = True
-        if not self._fenced:  # a fenced aiokafka producer has no transaction to end
-            with contextlib.suppress(KafkaError):
+        self._sender_failed()
+        if not self._fenced:  # else there is no transaction to end
+            try:
                 await self._kafka().abort_transaction()
+            except ProducerFenced:
+                self._fenced = self.fenced = True
+            except KafkaError:
+                pass
+            self._sender_failed()  # a fence found meanwhile, retrieved
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]

@@ -5,12 +5,20 @@ readers, and a producer fenced by a newer one with its transactional id gets
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import itertools
+import logging
 
 import pytest
 
 from streamkit._core.types import TopicPartition
-from streamkit.transport.base import ProducerFencedError, TransactionAbortedError, open_log_client
+from streamkit.transport.base import (
+    ProducerFencedError,
+    TransactionAbortedError,
+    TransportError,
+    open_log_client,
+)
 
 _names = itertools.count()
 
@@ -122,3 +130,37 @@ async def test_a_producer_ends_right_after_an_ack(log_url: str, end: str) -> Non
     finally:
         await client.aclose()
     assert await _values(log_url, name, "read_committed") == ([b"early"] if end == "flush" else [])
+
+
+async def test_a_producer_fenced_while_it_sends_closes_quietly_and_says_so(
+    log_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A zombie (a worker paused past its session) resumes and sends into a partition new to
+    its transaction: the log refuses it, a newer instance holds its transactional id. Closing
+    it then ends quietly, with no client library's error or traceback, and it reports the fence
+    (the worker tells its user which task was fenced)."""
+    name = f"txn{next(_names)}"
+    client = open_log_client(log_url)
+    await client.start()
+    try:
+        await client.ensure_topic(name, 2)
+        producer = client.transactional_producer(f"{name}-tid", timeout_ms=30_000)
+        await producer.start()
+        await (await producer.send(name, b"k", b"one", partition=0))
+        assert not producer.fenced
+        newer = client.transactional_producer(f"{name}-tid", timeout_ms=30_000)
+        await newer.start()
+        producer.send_nowait(name, 1, b"k", b"zombie", 1000)
+        with pytest.raises(TransportError):
+            await producer.flush()
+        await producer.aclose()
+        assert producer.fenced
+        await newer.send(name, b"k", b"two", partition=1)
+        await newer.commit_transaction({}, f"{name}-group")
+        await newer.aclose()
+    finally:
+        await client.aclose()
+    gc.collect()  # a never-retrieved future of the client library is reported when collected
+    await asyncio.sleep(0)
+    noisy = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert not noisy, [r.getMessage() for r in noisy]
