@@ -13,21 +13,22 @@ pay for the rest. A subpackage is reached the same way (``sk.windows.Tumbling``)
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from streamkit.topics import ports
 
 if TYPE_CHECKING:
     from streamkit._core.errors import ConfigError, StreamkitError
     from streamkit._core.record import Record
     from streamkit._core.serde import Serde, SerdeError
     from streamkit._core.types import TopicPartition
-    from streamkit.agents import Agent
-    from streamkit.app import App
-    from streamkit.conf import Settings
-    from streamkit.services import Service
-    from streamkit.streams import Event, Stream
-    from streamkit.topics import Topic
-    from streamkit.typenames import AgentT, ChannelT, EventT, StreamT, TableT, TopicT, uuid
+    from streamkit.agents.agent import Agent
+    from streamkit.agents.stream import Event, Stream
+    from streamkit.app.application import App
+    from streamkit.app.conf import Settings
+    from streamkit.app.services import Service
+    from streamkit.faust.typenames import AgentT, ChannelT, EventT, StreamT, TableT, TopicT, uuid
+    from streamkit.topics.topic import Topic
 
 __all__ = [
     "Agent",
@@ -53,50 +54,88 @@ __all__ = [
     "uuid",
 ]
 
-# Where each public name is defined; imported on first use (PEP 562).
-_EXPORTS = {
-    "ConfigError": "streamkit._core.errors",
-    "StreamkitError": "streamkit._core.errors",
-    "Record": "streamkit._core.record",
-    "Serde": "streamkit._core.serde",
-    "SerdeError": "streamkit._core.serde",
-    "TopicPartition": "streamkit._core.types",
-    "Agent": "streamkit.agents",
-    "App": "streamkit.app",
-    "Settings": "streamkit.conf",
-    "Service": "streamkit.services",
-    "Event": "streamkit.streams",
-    "Stream": "streamkit.streams",
-    "Topic": "streamkit.topics",
-    "AgentT": "streamkit.typenames",
-    "ChannelT": "streamkit.typenames",
-    "EventT": "streamkit.typenames",
-    "StreamT": "streamkit.typenames",
-    "TableT": "streamkit.typenames",
-    "TopicT": "streamkit.typenames",
-    "uuid": "streamkit.typenames",
-}
+
+
+def _exports() -> dict[str, Any]:
+    """Every public name, from the modules that define them (imported on first use of one)."""
+    from streamkit._core.errors import ConfigError, StreamkitError
+    from streamkit._core.record import Record
+    from streamkit._core.serde import Serde, SerdeError
+    from streamkit._core.types import TopicPartition
+    from streamkit.agents.agent import Agent
+    from streamkit.agents.stream import Event, Stream
+    from streamkit.app.application import App
+    from streamkit.app.conf import Settings
+    from streamkit.app.services import Service
+    from streamkit.faust.typenames import AgentT, ChannelT, EventT, StreamT, TableT, TopicT, uuid
+    from streamkit.topics.topic import Topic
+
+    return {
+        "ConfigError": ConfigError, "StreamkitError": StreamkitError, "Record": Record, "Serde": Serde,
+        "SerdeError": SerdeError, "TopicPartition": TopicPartition, "Agent": Agent, "Event": Event,
+        "Stream": Stream, "App": App, "Settings": Settings, "Service": Service, "AgentT": AgentT,
+        "ChannelT": ChannelT, "EventT": EventT, "StreamT": StreamT, "TableT": TableT, "TopicT": TopicT,
+        "uuid": uuid, "Topic": Topic,
+    }
+
+
+def _subpackage(name: str) -> Any:
+    """``sk.windows``, ``faust.web``, ...: the public subpackages, imported on first use."""
+    if name == "windows":
+        import streamkit.windows
+
+        return streamkit.windows
+    if name == "tables":
+        import streamkit.tables
+
+        return streamkit.tables
+    if name == "testing":
+        import streamkit.testing
+
+        return streamkit.testing
+    if name == "web":
+        import streamkit.web
+
+        return streamkit.web
+    if name == "spark":
+        import streamkit.spark
+
+        return streamkit.spark
+    return None
+
+
+def _attach_script(app: Any) -> Any:
+    from streamkit.runtime.standalone import attach
+
+    return attach(app)
+
+
+def _command_line(app: Any, argv: Any) -> None:
+    from streamkit.cli.main import main_for_app
+
+    main_for_app(app, list(argv))
+
+
+# The package root is the composition root: it gives declarations what they need of the
+# runtime and the command line at run time (``topics/ports.py``) without importing either.
+ports.install(script=_attach_script, command_line=_command_line)
 
 
 def __getattr__(name: str) -> Any:
     if name == "__version__":
         return _version()
-    module = _EXPORTS.get(name)
-    if module is not None:
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value  # the next lookup is a plain attribute
-        return value
+    if name in __all__:
+        globals().update(_exports())  # the next lookup is a plain attribute
+        return globals()[name]
     if not name.startswith("_"):
-        try:
-            return importlib.import_module(f"{__name__}.{name}")  # sk.windows, sk.testing, ...
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{name}":
-                raise
+        module = _subpackage(name)
+        if module is not None:
+            return module
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS, "__version__"})
+    return sorted({*globals(), *__all__})
 
 
 def _version() -> str:

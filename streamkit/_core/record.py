@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Self
 
@@ -171,19 +171,31 @@ class Record(msgspec.Struct, metaclass=RecordMeta):
 
     def dumps(self, *, serializer: Any = None) -> bytes:
         """Serialize with ``serializer``, else the class's ``serializer`` option, else JSON."""
-        from streamkit._core.serde import serde_for  # serde builds on this module
-
-        data = serde_for(serializer or self._options.serializer or "json", type(self)).dumps(self)
+        data: bytes | None = _serde_for()(serializer or self._options.serializer or "json", type(self)).dumps(self)
         assert data is not None  # a record is never None
         return data
 
     @classmethod
     def loads(cls, data: bytes, *, serializer: Any = None) -> Self:
         """Deserialize with ``serializer``, else the class's ``serializer`` option, else JSON."""
-        from streamkit._core.serde import serde_for
-
-        value: Self = serde_for(serializer or cls._options.serializer or "json", cls).loads(data)
+        value: Self = _serde_for()(serializer or cls._options.serializer or "json", cls).loads(data)
         return value
+
+
+# ``serde.serde_for``: serde builds on this module, and installs it here when imported (with
+# ``sk.Record``, ``sk.Serde`` and every part of streamkit that reads or writes records).
+_serde_factory: Callable[..., Any] | None = None
+
+
+def install_serde(factory: Callable[..., Any]) -> None:
+    global _serde_factory
+    _serde_factory = factory
+
+
+def _serde_for() -> Callable[..., Any]:
+    if _serde_factory is None:
+        raise RecordError("records serialize through streamkit's serializers: import streamkit first")
+    return _serde_factory
 
 
 def reconstruct(value: Any) -> Any:

@@ -35,6 +35,7 @@ from streamkit._core.record import (
     METADATA_KEY,
     Record,
     RecordError,
+    install_serde,
     reconstruct,
     reconstruct_all,
     tagged,
@@ -282,3 +283,4 @@ def serde_for(spec: Any, type_: Any = None, *, default: str | Serde | None = Non
 
 
 _JSON_STR = JsonStrSerde()
+install_serde(serde_for)  # Record.dumps and Record.loads (Faust's model API) use it

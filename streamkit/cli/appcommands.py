@@ -18,8 +18,8 @@ from typing import IO, TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
-    from streamkit.app import App, Command
-    from streamkit.topics import Topic
+    from streamkit.app.application import App, Command
+    from streamkit.topics.topic import Topic
 
 
 def option(*args: Any, show_default: bool = True, **kwargs: Any) -> Any:
@@ -76,7 +76,7 @@ async def run_command(app: App, command: Command, params: dict[str, Any]) -> Non
     # without the runtime (see cli/main.py on start-up).
     from streamkit._core.clock import SYSTEM_CLOCK
     from streamkit.runtime.sender import RuntimeSender
-    from streamkit.transport.base import open_log_client
+    from streamkit.transport.connect import open_log_client
 
     if app.sender is not None:  # a worker (or a caller) already sends for this app
         await _call(app, command, params)

@@ -22,14 +22,16 @@ from streamkit._core.clock import SYSTEM_CLOCK
 from streamkit._core.errors import ConfigError
 from streamkit._core.refs import import_ref
 from streamkit._core.serde import SerdeError
-from streamkit.app import App
+from streamkit.app.application import App
 from streamkit.cli.common import info
+from streamkit.cli.statedir import default_state_dir, forget_web_url, record_web_url
 from streamkit.log.errors import DataDirLockedError
 from streamkit.runtime.probe import discover
 from streamkit.runtime.sender import RuntimeSender
 from streamkit.runtime.worker import Worker
-from streamkit.topics import Topic
-from streamkit.transport.base import TransportError, open_log_client
+from streamkit.topics.topic import Topic
+from streamkit.transport.base import TransportError
+from streamkit.transport.connect import open_log_client
 from streamkit.web import WebServer
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -137,8 +139,6 @@ async def _run_worker(
     app: App, broker: str | None, progress_interval: float, web_host: str, web_port: int | None,
     state_dir: str | None = None,
 ) -> None:
-    from streamkit.cli.tables import default_state_dir, forget_web_url, record_web_url
-
     state_dir = state_dir or default_state_dir(app)
     worker = Worker(app, broker=broker, state_dir=state_dir)
     web = WebServer(worker, host=web_host, port=web_port) if web_port is not None else None

@@ -22,10 +22,9 @@ a broker only). The top-level ``--help`` lists each command from its one-line su
 from __future__ import annotations
 
 import copy
-import importlib
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any, NoReturn
@@ -51,58 +50,99 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 @dataclass(frozen=True, slots=True)
 class LazyCommand:
-    """Where a subcommand is defined (``module``, ``attr``) and its one-line ``summary``."""
+    """How to import a subcommand (``load``, on first use) and its one-line ``summary``."""
 
-    module: str
-    attr: str
+    load: Callable[[], click.Command]
     summary: str
+
+
+def _agents() -> click.Command:
+    from streamkit.cli.apps import agents
+
+    return agents
+
+
+def _backfill() -> click.Command:
+    from streamkit.cli.backfill import backfill
+
+    return backfill
+
+
+def _broker() -> click.Command:
+    from streamkit.cli.broker import broker_command
+
+    return broker_command
+
+
+def _consume() -> click.Command:
+    from streamkit.cli.consume import consume
+
+    return consume
+
+
+def _log() -> click.Command:
+    from streamkit.cli.logtools import log_
+
+    return log_
+
+
+def _produce() -> click.Command:
+    from streamkit.cli.produce import produce
+
+    return produce
+
+
+def _send() -> click.Command:
+    from streamkit.cli.apps import send
+
+    return send
+
+
+def _tables() -> click.Command:
+    from streamkit.cli.tables import tables
+
+    return tables
+
+
+def _topics() -> click.Command:
+    from streamkit.cli.topics import topics
+
+    return topics
+
+
+def _worker() -> click.Command:
+    from streamkit.cli.apps import worker
+
+    return worker
 
 
 # Every streamkit subcommand. ``summary`` is the first sentence of the command's docstring, which
 # click shortens to fit the ``--help`` listing.
 COMMANDS: dict[str, LazyCommand] = {
-    "agents": LazyCommand(
-        "streamkit.cli.apps", "agents", "List an app's agents with their input topics, repartition topics and sinks."
-    ),
+    "agents": LazyCommand(_agents, "List an app's agents with their input topics, repartition topics and sinks."),
     "backfill": LazyCommand(
-        "streamkit.cli.backfill",
-        "backfill",
+        _backfill,
         "Recompute declared tables (app.stream(...)...count(NAME), windowed ones included) over the "
         "log's history on Spark, write them to their changelogs, and move the app's group past what "
-        "was read, so a worker started afterwards serves the results and processes only newer records.",
+        "was read, so a worker started afterwards serves the results and processes only newer records."
     ),
-    "broker": LazyCommand(
-        "streamkit.cli.broker",
-        "broker_command",
-        "Serve the log in --data-dir to Kafka clients over the Kafka wire protocol.",
-    ),
-    "consume": LazyCommand(
-        "streamkit.cli.consume", "consume", "Print the records of TOPIC to stdout, one value per line."
-    ),
-    "log": LazyCommand(
-        "streamkit.cli.logtools", "log_", "Inspect segment files and check a data directory (read-only)."
-    ),
-    "produce": LazyCommand("streamkit.cli.produce", "produce", "Write each line of stdin as a record to TOPIC."),
+    "broker": LazyCommand(_broker, "Serve the log in --data-dir to Kafka clients over the Kafka wire protocol."),
+    "consume": LazyCommand(_consume, "Print the records of TOPIC to stdout, one value per line."),
+    "log": LazyCommand(_log, "Inspect segment files and check a data directory (read-only)."),
+    "produce": LazyCommand(_produce, "Write each line of stdin as a record to TOPIC."),
     "send": LazyCommand(
-        "streamkit.cli.apps",
-        "send",
-        "Send one record to TOPIC, serialized as the app declares it (JSON for typed values).",
+        _send,
+        "Send one record to TOPIC, serialized as the app declares it (JSON for typed values)."
     ),
-    "tables": LazyCommand(
-        "streamkit.cli.tables", "tables", "Query an app's tables: through a running worker, or its state directory."
-    ),
-    "topics": LazyCommand("streamkit.cli.topics", "topics", "Create, list, describe, alter and delete topics."),
-    "worker": LazyCommand(
-        "streamkit.cli.apps", "worker", "Run an app's agents, timers and tasks until SIGTERM or Ctrl-C."
-    ),
+    "tables": LazyCommand(_tables, "Query an app's tables: through a running worker, or its state directory."),
+    "topics": LazyCommand(_topics, "Create, list, describe, alter and delete topics."),
+    "worker": LazyCommand(_worker, "Run an app's agents, timers and tasks until SIGTERM or Ctrl-C."),
 }
 
 
 def load_command(name: str) -> click.Command:
     """Import the module that defines streamkit's subcommand ``name`` and return the command."""
-    spec = COMMANDS[name]
-    command: click.Command = getattr(importlib.import_module(spec.module), spec.attr)
-    return command
+    return COMMANDS[name].load()
 
 
 class StreamkitGroup(click.Group):

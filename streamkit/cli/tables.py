@@ -16,43 +16,14 @@ from typing import Any
 
 import click
 
-from streamkit.app import App
+from streamkit.app.application import App
 from streamkit.cli.apps import app_option, load_app
+from streamkit.cli.statedir import default_state_dir, recorded_web_url
 from streamkit.tables import query
 from streamkit.tables.errors import CorruptStateError, StateLockedError
 from streamkit.tables.partition import TablePartition
 from streamkit.tables.store import RocksStore
 from streamkit.tables.table import Table
-
-WEB_FILE = ".web"  # in a worker's state directory: the URL of its HTTP API, while it runs
-
-
-def default_state_dir(app: App) -> str:
-    return os.path.join(".streamkit-state", app.id)
-
-
-def record_web_url(state_dir: str, url: str) -> None:
-    os.makedirs(state_dir, exist_ok=True)
-    with open(os.path.join(state_dir, WEB_FILE), "w") as f:
-        json.dump({"url": url, "pid": os.getpid()}, f)
-
-
-def forget_web_url(state_dir: str) -> None:
-    try:
-        os.unlink(os.path.join(state_dir, WEB_FILE))
-    except FileNotFoundError:
-        pass
-
-
-def _recorded_url(state_dir: str) -> str | None:
-    try:
-        with open(os.path.join(state_dir, WEB_FILE)) as f:
-            found = json.load(f)
-        os.kill(int(found["pid"]), 0)  # still running?
-        return str(found["url"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
 
 state_dir_option = click.option(
     "--state-dir", default=None, metavar="DIR", help="The app's state directory (default .streamkit-state/APP_ID)."
@@ -72,7 +43,7 @@ def tables() -> None:
 def list_(app_ref: str, state_dir: str | None, url: str | None) -> None:
     """The app's tables, with the partitions held and their keys."""
     app = load_app(app_ref)
-    base = url or _recorded_url(state_dir or default_state_dir(app))
+    base = url or recorded_web_url(state_dir or default_state_dir(app))
     if base is not None:
         listing = _http_get(base, "/tables")["tables"]
     else:
@@ -97,7 +68,7 @@ def get(app_ref: str, name: str, key: str, state_dir: str | None, url: str | Non
     ``0`` is the integer 0 if that is a key, else the string "0" (``'"0"'`` is only the string).
     """
     app = load_app(app_ref)
-    base = url or _recorded_url(state_dir or default_state_dir(app))
+    base = url or recorded_web_url(state_dir or default_state_dir(app))
     if base is not None:
         found = _http_get(base, f"/tables/{urllib.parse.quote(name, safe='')}/{urllib.parse.quote(key, safe='')}")
     else:
@@ -121,7 +92,7 @@ def get(app_ref: str, name: str, key: str, state_dir: str | None, url: str | Non
 def scan(app_ref: str, name: str, prefix: str, limit: int, state_dir: str | None, url: str | None) -> None:
     """Print the keys and values of table NAME, one JSON object per line."""
     app = load_app(app_ref)
-    base = url or _recorded_url(state_dir or default_state_dir(app))
+    base = url or recorded_web_url(state_dir or default_state_dir(app))
     if base is not None:
         params = urllib.parse.urlencode({"prefix": prefix, "limit": limit})
         rows = _http_get(base, f"/tables/{urllib.parse.quote(name, safe='')}?{params}")

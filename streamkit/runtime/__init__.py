@@ -1,4 +1,10 @@
-"""The only place that wires everything: worker, partition tasks, commits, rebalances, errors."""
+"""The only place that wires everything: worker, partition tasks, commits, rebalances, errors.
+
+Owns: the worker and its partition tasks, inboxes, commits and transactions, timers, the
+script runtime (``standalone``), the topology report.
+May import: ``app``, ``faust``, ``dsl``, ``agents``, ``topics`` and the layers below; never
+``cli``, ``web``, ``spark`` or ``testing``.
+"""
 
 from streamkit.runtime.worker import Worker
 

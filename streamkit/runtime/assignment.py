@@ -23,10 +23,10 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
 from streamkit._core.types import TopicPartition
-from streamkit.agents import Agent
+from streamkit.agents.agent import Agent
 from streamkit.runtime.inbox import Inbox
 from streamkit.runtime.tasks import PartitionTask
-from streamkit.topics import Topic
+from streamkit.topics.topic import Topic
 
 logger = logging.getLogger(__name__)
 

@@ -26,12 +26,12 @@ from streamkit._core import context
 from streamkit._core.clock import SYSTEM_CLOCK, Clock
 from streamkit._core.serde import RawSerde, SerdeError
 from streamkit._core.types import TopicPartition
-from streamkit.streams import Event, KeyFn, Source, StreamEnd
-from streamkit.topics import Topic
+from streamkit.agents.stream import Event, KeyFn, Source, StreamEnd
+from streamkit.topics.topic import Topic
 from streamkit.transport.base import ConsumerRecord
 
 if TYPE_CHECKING:
-    from streamkit.streams import Stream
+    from streamkit.agents.stream import Stream
 
 # An agent with records waiting runs without suspending; every CHECK_EVERY records its source
 # looks at the clock and lets the event loop turn once it has held it for YIELD_AFTER_S.

@@ -15,13 +15,13 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from streamkit.agents import Agent
-from streamkit.app import App
-from streamkit.channels import Channel
+from streamkit.agents.agent import Agent
+from streamkit.agents.channel import Channel
+from streamkit.agents.stream import Event
+from streamkit.app.application import App
 from streamkit.runtime.inbox import current_event
 from streamkit.runtime.sender import RuntimeSender
-from streamkit.streams import Event
-from streamkit.topics import Topic
+from streamkit.topics.topic import Topic
 
 Forward = Callable[[Any], Awaitable[None] | None]
 

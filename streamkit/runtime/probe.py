@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamkit._core.clock import SYSTEM_CLOCK
-from streamkit.agents import Agent
-from streamkit.streams import Event, KeyFn, Source, Stream
-from streamkit.topics import Headers, Sent, Topic
+from streamkit.agents.agent import Agent
+from streamkit.agents.stream import Event, KeyFn, Source, Stream
+from streamkit.topics.topic import Headers, Sent, Topic
 
 logger = logging.getLogger(__name__)
 PROBE_TIMEOUT_S = 2.0

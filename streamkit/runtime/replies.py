@@ -25,8 +25,8 @@ import logging
 from typing import Any
 
 from streamkit._core.types import TopicPartition
-from streamkit.app import App
-from streamkit.replies import decode_response, reply_topic
+from streamkit.agents.replies import decode_response, reply_topic
+from streamkit.app.application import App
 from streamkit.transport.base import (
     READ_COMMITTED,
     READ_UNCOMMITTED,

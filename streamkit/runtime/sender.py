@@ -17,7 +17,7 @@ from streamkit._core.clock import Clock
 from streamkit._core.errors import ConfigError
 from streamkit._core.partitioner import partition_for_key
 from streamkit.runtime.inbox import current_event
-from streamkit.topics import Headers, Sent, Topic
+from streamkit.topics.topic import Headers, Sent, Topic
 from streamkit.transport.base import Header, Producer
 
 STICKY_BATCH = 1000

@@ -1,8 +1,8 @@
 """A producer (and reply consumer) for an app that runs no worker: a plain script's sends.
 
 ``await topic.send(...)`` and ``await agent.ask(...)`` in a script that starts no worker
-(Faust lets its producer start on first use) reach this module by name from ``topics.py``
-and ``agents.py``: the first call opens a log client on the app's broker (the embedded log,
+(Faust lets its producer start on first use) reach this module through the port the
+package root installs (``topics/ports.py``): the first call opens a log client on the app's broker (the embedded log,
 or the worker that owns it, or ``kafka://``) and a producer, on the running event loop.
 
 Nothing is lost when the script ends: outside a worker, ``send`` returns once the log has
@@ -21,11 +21,12 @@ from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 from streamkit._core.clock import SYSTEM_CLOCK
-from streamkit.app import App
+from streamkit.app.application import App
 from streamkit.runtime.replies import ReplyConsumer
 from streamkit.runtime.sender import RuntimeSender
-from streamkit.topics import Headers, NotRunningError, Sent, Topic
-from streamkit.transport.base import LogClient, Producer, open_log_client
+from streamkit.topics.topic import Headers, NotRunningError, Sent, Topic
+from streamkit.transport.base import LogClient, Producer
+from streamkit.transport.connect import open_log_client
 
 logger = logging.getLogger(__name__)
 

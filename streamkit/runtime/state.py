@@ -34,7 +34,7 @@ from streamkit.tables.changelog import ChangelogChunk
 from streamkit.tables.partition import OutgoingChange, TablePartition
 from streamkit.tables.recovery import PartitionSpec, RestoreProgress, open_partition
 from streamkit.tables.table import Table
-from streamkit.topics import Topic
+from streamkit.topics.topic import Topic
 from streamkit.transport.base import (
     READ_UNCOMMITTED,
     LogClient,

@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any
 from streamkit._core.errors import StreamkitError
 from streamkit._core.types import TopicPartition
 from streamkit._core.waiting import sleep_unless
-from streamkit.agents import Agent
-from streamkit.channels import ChannelSource
-from streamkit.replies import reply_address
+from streamkit.agents.agent import Agent
+from streamkit.agents.channel import ChannelSource
+from streamkit.agents.replies import reply_address
+from streamkit.agents.stream import KeyFn, PartitionSet, Source, Stream, StreamEnd
 from streamkit.runtime.inbox import Inbox, RootSource, current_event
 from streamkit.runtime.transactions import in_task
-from streamkit.streams import KeyFn, PartitionSet, Source, Stream, StreamEnd
-from streamkit.topics import Topic
+from streamkit.topics.topic import Topic
 from streamkit.transport.base import ConsumerRecord
 
 if TYPE_CHECKING:

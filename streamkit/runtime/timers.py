@@ -14,8 +14,8 @@ import logging
 from collections.abc import Callable
 
 from streamkit._core.clock import Clock
-from streamkit.app import CronJob, Timer
-from streamkit.crontab import CronSchedule
+from streamkit.app.application import CronJob, Timer
+from streamkit.app.crontab import CronSchedule
 
 logger = logging.getLogger(__name__)
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 import logging
 
 from streamkit._core.errors import ConfigError
-from streamkit.agents import Agent
-from streamkit.app import App
-from streamkit.dsl import copartitioning_errors
+from streamkit.agents.agent import Agent
+from streamkit.app.application import App
+from streamkit.dsl.builders import copartitioning_errors
 from streamkit.runtime.probe import Hop, discover
 from streamkit.runtime.sender import RuntimeSender
 from streamkit.runtime.state import StateManager
-from streamkit.topics import Topic
+from streamkit.topics.topic import Topic
 from streamkit.transport.base import LogClient
 
 logger = logging.getLogger(__name__)

@@ -37,9 +37,10 @@ from typing import Any
 
 from streamkit._core.clock import SYSTEM_CLOCK, Clock
 from streamkit._core.types import TopicPartition
-from streamkit.agents import Agent
-from streamkit.app import App
-from streamkit.replies import encode_response, reply_topic
+from streamkit.agents.agent import Agent
+from streamkit.agents.replies import encode_response, reply_topic
+from streamkit.app.application import App
+from streamkit.app.services import Service, instantiate
 from streamkit.runtime.assignment import Assignment
 from streamkit.runtime.commits import Committer
 from streamkit.runtime.inbox import Inbox
@@ -52,8 +53,7 @@ from streamkit.runtime.tasks import ChannelTask, PartitionTask
 from streamkit.runtime.timers import TimerRunner
 from streamkit.runtime.topology import Topology
 from streamkit.runtime.transactions import RoutingProducer, TaskProducers
-from streamkit.services import Service, instantiate
-from streamkit.topics import Topic
+from streamkit.topics.topic import Topic
 from streamkit.transport.base import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
@@ -62,8 +62,8 @@ from streamkit.transport.base import (
     LogClient,
     Producer,
     TransportError,
-    open_log_client,
 )
+from streamkit.transport.connect import open_log_client
 from streamkit.transport.placement import GroupInfo, MemberInfo
 
 logger = logging.getLogger(__name__)

@@ -11,6 +11,9 @@ it. ``register(spark)`` makes the format known to a session::
 options and the offset plan, ``logs`` the two ways to a log (segment files or a broker),
 ``arrow`` the record/Arrow conversion and ``values`` typed value columns. docs/spark.md is
 the user's guide.
+
+Owns: the modules named above, and ``backfill`` (declared tables recomputed on Spark).
+May import: ``runtime`` and every layer below it; never ``cli``, ``web`` or ``testing``.
 """
 
 from streamkit.spark.source import FORMAT, StreamkitDataSource, register

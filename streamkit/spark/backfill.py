@@ -1,6 +1,6 @@
 """Backfill: a declarative table of an app recomputed from the log's history on Spark.
 
-The same pipeline the worker runs (``app.stream(...)...count(name)``, see ``streamkit.dsl``)
+The same pipeline the worker runs (``app.stream(...)...count(name)``, see ``streamkit.dsl.builders``)
 is planned as Spark operations over the source topic, whose offset ranges the executors read
 through the ``streamkit`` data source's log readers (segment files, CRC-checked, or a broker;
 straight into Python, without a detour through Spark's rows):
@@ -71,8 +71,8 @@ from streamkit._core.errors import ConfigError
 from streamkit._core.partitioner import partition_for_key
 from streamkit._core.refs import import_ref
 from streamkit._core.serde import Serde, serde_for
-from streamkit.app import App
-from streamkit.dsl import (
+from streamkit.app.application import App
+from streamkit.dsl.builders import (
     REPARTITION_KEY_SERDE,
     Aggregate,
     GroupBy,
@@ -1147,7 +1147,7 @@ def _partition_count(app: App, topic: str) -> int | None:
 
     from streamkit.log.errors import UnknownTopicError
     from streamkit.log.reader import topic_partition_count
-    from streamkit.transport.base import open_log_client
+    from streamkit.transport.connect import open_log_client
 
     path = log_options(app).get("path")
     if path is not None and os.path.isdir(path):
@@ -1171,7 +1171,7 @@ def _ensure_topic(app: App, name: str, partitions: int, config: Any) -> int:
     """Create topic ``name`` unless it exists; its partition count."""
     import asyncio
 
-    from streamkit.transport.base import open_log_client
+    from streamkit.transport.connect import open_log_client
 
     found = _partition_count(app, name) if "path" in log_options(app) else None
     if found is not None:
@@ -1215,7 +1215,7 @@ def _commit(
     import asyncio
 
     from streamkit._core.types import TopicPartition
-    from streamkit.transport.base import open_log_client
+    from streamkit.transport.connect import open_log_client
     from streamkit.transport.kafka_tools import KafkaTools
 
     repartitions = [t for name, p in pipelines if (t := repartition_topic_name(app.id, p, name)) is not None]

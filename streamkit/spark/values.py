@@ -55,7 +55,7 @@ def _load(ref: str, option: str) -> Any:
 def value_decoder(app_ref: str | None, type_ref: str | None, topic: str) -> ValueDecoder | None:
     """The decoder the options name, or None (values stay bytes)."""
     if app_ref:
-        from streamkit.app import App
+        from streamkit.app.application import App
 
         app = _load(app_ref, "valueApp")
         if not isinstance(app, App):

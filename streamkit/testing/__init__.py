@@ -20,6 +20,10 @@ fire and ``take(..., within=)`` cuts its batches only when the test advances the
     ...         return [e.value for e in await driver.read(shouted)]
     >>> asyncio.run(check())
     ['HELLO']
+
+Owns: ``AppDriver`` (``driver``).
+May import: ``spark`` (nothing today), ``runtime`` and every layer below it; never ``cli`` or
+``web``.
 """
 
 from streamkit.testing.driver import AppDriver

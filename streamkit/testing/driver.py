@@ -11,10 +11,10 @@ from typing import Any
 
 from streamkit._core.clock import ManualClock
 from streamkit._core.errors import StreamkitError
-from streamkit.app import App
+from streamkit.agents.stream import Event
+from streamkit.app.application import App
 from streamkit.runtime.worker import Worker
-from streamkit.streams import Event
-from streamkit.topics import Headers, Sent, Topic
+from streamkit.topics.topic import Headers, Sent, Topic
 from streamkit.transport.embedded import EmbeddedLogClient
 
 DEFAULT_START_MS = 1_700_000_000_000

@@ -2,6 +2,10 @@
 
 ``embedded`` runs the log in-process (``file://DIR``); ``kafka`` speaks to ``streamkit broker``
 or any Kafka cluster through aiokafka (``kafka://host:port``). ``open_log_client(url)`` picks one.
+
+Owns: the protocols (``base``), the drivers (``embedded``, ``kafka``, ``attached``), the
+choice of driver for a URL (``connect``), group placement, Kafka admin tools.
+May import: ``log`` and ``_core``.
 """
 
 from streamkit.transport.base import (
@@ -10,8 +14,8 @@ from streamkit.transport.base import (
     RebalanceListener,
     RecordMetadata,
     TransportError,
-    open_log_client,
 )
+from streamkit.transport.connect import open_log_client
 
 __all__ = [
     "ConsumerRecord",

@@ -14,7 +14,7 @@
                     of a partition another worker owns is answered by asking that worker
     GET /tables/{name}?prefix=&limit= a JSON list of {"key", "value"} held here
 
-The app's own pages (``@app.page(path)``, ``streamkit.views``) are served beside these, with
+The app's own pages (``@app.page(path)``, ``streamkit.app.views``) are served beside these, with
 the methods their views define; a page whose view is wrapped in ``@app.table_route`` or
 ``@app.topic_route`` runs on the worker that holds the key, the request being forwarded
 (once, with the same method, path and body) when another worker owns it.
@@ -35,13 +35,13 @@ from aiohttp import web
 from streamkit._core.errors import ConfigError
 from streamkit._core.partitioner import partition_for_key
 from streamkit._core.types import TopicPartition
+from streamkit.app.views import Response as ViewResponse
+from streamkit.app.views import View
 from streamkit.runtime.worker import Worker
 from streamkit.tables import query
 from streamkit.tables.errors import TableError
 from streamkit.tables.table import Table
-from streamkit.topics import Topic
-from streamkit.views import Response as ViewResponse
-from streamkit.views import View
+from streamkit.topics.topic import Topic
 from streamkit.windows.wtable import late_counts
 
 logger = logging.getLogger(__name__)

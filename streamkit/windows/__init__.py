@@ -1,9 +1,12 @@
 """Event-time windows: specs, their plain-code algorithms and the aggregation driver.
 
-Imports only ``streamkit._core``; wiring windows into tables, the DSL and the runtime lives
+Wiring windows into tables, the DSL and the runtime lives
 above this package. See ``spec`` (declarations and close/expiry rules), ``keys`` (store key
 layout), ``session`` and ``sliding`` (per-record algorithms), ``aggregate`` (the driver), ``join``
 (the windowed stream-stream join driver).
+
+Owns: what the paragraph above lists.
+May import: ``tables`` and ``_core``.
 """
 
 from streamkit.windows.aggregate import (

@@ -8,7 +8,7 @@ with the same answers. Declared by the DSL (``app.stream(t).group_by(f).window(s
 
 Reads go through ``windows(key)`` and ``items()`` (``((key, (start_ms, end_ms)), value)``),
 not ``table[key]``: a key has many windows. (Faust's spelling, ``app.Table(...).tumbling(...)``,
-wraps this class: ``streamkit.windows.faust``.)
+wraps this class: ``streamkit.faust.windows``.)
 
 Late records are counted per table (or join) and reason in a ``LateCounter`` that
 ``late_counter(app, name)`` hands out, one per name and app, for ``/metrics`` and ``/status``

@@ -74,7 +74,7 @@ def test_topic_and_app_declarations_validate() -> None:
     with pytest.raises(sk.ConfigError, match="async"):
         app.agent(topic)(lambda stream: None)  # type: ignore[arg-type,return-value]
     with pytest.raises(sk.ConfigError, match="lambda needs name"):
-        from streamkit.streams import _key_function
+        from streamkit.agents.stream import _key_function
 
         _key_function(lambda v: v, None)
 

@@ -22,9 +22,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import streamkit as sk
+from streamkit.agents.stream import Event
 from streamkit.runtime import inbox as inbox_module
 from streamkit.runtime.inbox import Inbox, RootSource
-from streamkit.streams import Event
 
 
 @dataclass(frozen=True)

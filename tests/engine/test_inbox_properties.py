@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import streamkit as sk
+from streamkit.agents.stream import Event
 from streamkit.runtime.inbox import Inbox, RootSource
-from streamkit.streams import Event
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from test_transports import read_all
 
 import streamkit as sk
 from streamkit.log.manager import directory_owner
-from streamkit.transport.base import open_log_client
+from streamkit.transport.connect import open_log_client
 from tests.worker_process import drain, wait_for_line
 
 ROOT = Path(__file__).resolve().parents[2]

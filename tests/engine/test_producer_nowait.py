@@ -8,7 +8,7 @@ import time
 import pytest
 
 import streamkit as sk
-from streamkit.transport.base import open_log_client
+from streamkit.transport.connect import open_log_client
 
 
 class _Quiet:

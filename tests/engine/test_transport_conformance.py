@@ -10,13 +10,8 @@ from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 import pytest
 
 import streamkit as sk
-from streamkit.transport.base import (
-    Consumer,
-    ConsumerRecord,
-    LogClient,
-    RecordMetadata,
-    open_log_client,
-)
+from streamkit.transport.base import Consumer, ConsumerRecord, LogClient, RecordMetadata
+from streamkit.transport.connect import open_log_client
 
 
 class Recorder:

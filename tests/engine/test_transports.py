@@ -17,7 +17,7 @@ import pytest
 
 import streamkit as sk
 from streamkit.runtime import Worker
-from streamkit.transport.base import open_log_client
+from streamkit.transport.connect import open_log_client
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ from collections import Counter
 
 from streamkit._core.partitioner import partition_for_key
 from streamkit._core.types import TopicPartition
-from streamkit.transport.base import open_log_client
+from streamkit.transport.connect import open_log_client
 
 PARTITIONS = 3
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import streamkit as sk
-from streamkit.replies import encode_response
+from streamkit.agents.replies import encode_response
 from streamkit.runtime.replies import ReplyConsumer
 from streamkit.transport.embedded import EmbeddedLogClient
 

@@ -13,12 +13,8 @@ import logging
 import pytest
 
 from streamkit._core.types import TopicPartition
-from streamkit.transport.base import (
-    ProducerFencedError,
-    TransactionAbortedError,
-    TransportError,
-    open_log_client,
-)
+from streamkit.transport.base import ProducerFencedError, TransactionAbortedError, TransportError
+from streamkit.transport.connect import open_log_client
 
 _names = itertools.count()
 

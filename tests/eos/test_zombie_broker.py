@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from streamkit._core.types import TopicPartition
-from streamkit.transport.base import open_log_client
+from streamkit.transport.connect import open_log_client
 from tests.eos.eos_log import (
     changelog_table,
     check_exactly_once,

@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 import streamkit as faust
-import streamkit.crontab
+import streamkit.app.crontab
 from streamkit.testing import AppDriver
 
 
@@ -97,7 +97,7 @@ async def test_a_services_crontab_runs_until_the_service_stops() -> None:
 
 
 def test_the_crontab_module_examples_run() -> None:
-    result = doctest.testmod(streamkit.crontab)
+    result = doctest.testmod(streamkit.app.crontab)
     assert result.attempted > 0 and result.failed == 0
 
 

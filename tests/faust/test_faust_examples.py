@@ -52,7 +52,7 @@ import pytest
 
 import streamkit as faust
 from streamkit._core.types import TopicPartition
-from streamkit.transport.base import open_log_client
+from streamkit.transport.connect import open_log_client
 from tests.worker_process import interruptible
 
 ROOT = Path(__file__).resolve().parents[2]

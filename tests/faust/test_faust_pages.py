@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 import streamkit as faust
-import streamkit.views
+import streamkit.app.views
 from streamkit._core.partitioner import partition_for_key
+from streamkit.app.views import View
 from streamkit.testing import AppDriver
-from streamkit.views import View
 from streamkit.web import WebServer
 
 
@@ -122,7 +122,7 @@ async def test_a_page_on_an_api_endpoint_is_refused_when_the_server_starts() -> 
 
 
 def test_the_views_module_examples_run() -> None:
-    result = doctest.testmod(streamkit.views)
+    result = doctest.testmod(streamkit.app.views)
     assert result.attempted > 0 and result.failed == 0
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import streamkit as faust
-import streamkit.services
+import streamkit.app.services
 from streamkit.runtime.worker import Worker
 from streamkit.testing import AppDriver
 
@@ -159,7 +159,7 @@ async def test_app_sleep_returns_when_the_worker_stops_and_should_stop_tells_tas
 
 
 def test_the_services_module_examples_run() -> None:
-    result = doctest.testmod(streamkit.services)
+    result = doctest.testmod(streamkit.app.services)
     assert result.attempted > 0 and result.failed == 0
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import streamkit as faust
-from streamkit.conf import SETTINGS
+from streamkit.app.conf import SETTINGS
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "faust.md"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import doctest
 
 import streamkit as faust
-import streamkit.signals
+import streamkit.app.signals
 from streamkit.testing import AppDriver
 
 
@@ -49,5 +49,5 @@ async def test_signals_follow_the_workers_assignment() -> None:
 
 
 def test_the_signals_module_examples_run() -> None:
-    result = doctest.testmod(streamkit.signals)
+    result = doctest.testmod(streamkit.app.signals)
     assert result.attempted > 0 and result.failed == 0

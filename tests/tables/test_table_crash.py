@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from streamkit._core.types import TopicPartition
-from streamkit.transport.base import open_log_client
+from streamkit.transport.connect import open_log_client
 from tests.tables.counting_log import PARTITIONS, committed, local_offsets, local_table, produce
 from tests.worker_process import drain, wait_for_line
 

@@ -26,11 +26,11 @@ import aiokafka
 import pytest
 
 import streamkit as sk
+from streamkit.faust.windows import FaustWindowedTable, WindowWrapper
 from streamkit.tables.partition import SortedPartition
 from streamkit.testing import AppDriver
 from streamkit.web import WebServer
 from streamkit.windows import Tumbling
-from streamkit.windows.faust import FaustWindowedTable, WindowWrapper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "broker"))
 from broker_helpers import BrokerProcess

@@ -274,7 +274,7 @@ def test_the_backfill_refuses_a_table_fed_by_a_stream_join_by_name() -> None:
 def test_the_dsl_docstring_examples_run() -> None:
     import doctest
 
-    import streamkit.dsl
+    import streamkit.dsl.builders
 
-    result = doctest.testmod(streamkit.dsl, raise_on_error=False, verbose=False)
+    result = doctest.testmod(streamkit.dsl.builders, raise_on_error=False, verbose=False)
     assert result.attempted >= 6 and result.failed == 0

@@ -39,7 +39,7 @@ from join_kill_app import GRACE_MS, HOWS, WITHIN_MS
 from test_join_model import model_join
 
 from streamkit._core.types import TopicPartition
-from streamkit.transport.base import open_log_client
+from streamkit.transport.connect import open_log_client
 
 HERE = Path(__file__).resolve().parent
 STREAMKIT = str(Path(sys.executable).parent / "streamkit")

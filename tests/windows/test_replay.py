@@ -30,7 +30,8 @@ from hypothesis import strategies as st
 import streamkit as sk
 from streamkit._core.types import TopicPartition
 from streamkit.testing import AppDriver
-from streamkit.transport.base import TransportError, open_log_client
+from streamkit.transport.base import TransportError
+from streamkit.transport.connect import open_log_client
 from streamkit.windows import Hopping, Session, Sliding, Tumbling
 
 BASE = 1_700_000_040_000  # a round minute (ms)

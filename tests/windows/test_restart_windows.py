@@ -37,7 +37,7 @@ from test_reference_model import Model, model_session, model_sliding, model_time
 import streamkit as sk
 from streamkit._core.types import TopicPartition
 from streamkit.testing import AppDriver
-from streamkit.transport.base import open_log_client
+from streamkit.transport.connect import open_log_client
 from streamkit.windows import Hopping, Session, Sliding, Tumbling
 
 HERE = Path(__file__).resolve().parent

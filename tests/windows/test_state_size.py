@@ -25,7 +25,7 @@ import streamkit as sk
 from streamkit._core.types import TopicPartition
 from streamkit.tables.partition import SortedPartition
 from streamkit.testing import AppDriver
-from streamkit.transport.base import open_log_client
+from streamkit.transport.connect import open_log_client
 from streamkit.windows import Hopping, Session, Sliding, Tumbling
 from streamkit.windows.aggregate import Aggregation, WindowAggregator
 

@@ -47,18 +47,18 @@ from typing import TYPE_CHECKING, Any
 
 from streamkit._core.errors import ConfigError
 from streamkit._core.serde import Serde, serde_for
-from streamkit.streams import Event, Stream
+from streamkit.agents.stream import Event, Stream
 from streamkit.tables.errors import TableError
 from streamkit.tables.partition import MISSING, SortedPartition, WindowStoreView
 from streamkit.tables.table import Table
-from streamkit.topics import Topic, to_ms
+from streamkit.topics.topic import Topic, to_ms
 from streamkit.windows.join import JOIN_KINDS as STREAM_JOIN_KINDS
 from streamkit.windows.join import Codec, WindowJoin
 from streamkit.windows.spec import WindowSpec
 from streamkit.windows.wtable import WindowedTable, late_counter
 
 if TYPE_CHECKING:
-    from streamkit.app import App
+    from streamkit.app.application import App
 
 JOIN_KINDS = ("inner", "left")
 TABLE_JOIN_KINDS = ("inner", "left", "outer")

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from streamkit._core.errors import ConfigError, StreamkitError
 from streamkit._core.serde import Serde, SerdeError, serde_for
+from streamkit.topics import ports
 
 if TYPE_CHECKING:
-    from streamkit.app import App
+    from streamkit.app.application import App
 
 Headers = Mapping[str, bytes | str | None] | Sequence[tuple[str, bytes | str | None]]
 
@@ -236,12 +237,9 @@ class Topic:
         sender = self.app.sender
         if sender is not None:
             return sender
-        import importlib
-
-        # Reached by name at run time, as ``App.main`` reaches the CLI: a declaration does not
-        # import the runtime, a script that sends needs it.
-        standalone = importlib.import_module("streamkit.runtime.standalone")
-        script: Sender = await standalone.attach(self.app)
+        # A declaration does not import the runtime; a script that sends needs it: the
+        # runtime installed itself in the port (``topics/ports.py``).
+        script: Sender = await ports.attach_script(self.app)
         return script
 
     async def send(

@@ -19,18 +19,19 @@ from typing import Any
 
 from streamkit._core.errors import ConfigError
 from streamkit._core.waiting import sleep_unless
-from streamkit.agents import Agent, AgentFn, Sink, faust_agent_name
-from streamkit.channels import Channel
-from streamkit.conf import Settings
-from streamkit.crontab import CronSchedule
-from streamkit.dsl import KStream, KTable, Pipeline, Source, compile_pipeline, table_stream
-from streamkit.replies import Replies
-from streamkit.services import Service
-from streamkit.signals import Signal
+from streamkit.agents.agent import Agent, AgentFn, Sink, faust_agent_name
+from streamkit.agents.channel import Channel
+from streamkit.agents.replies import Replies
+from streamkit.app.conf import Settings
+from streamkit.app.crontab import CronSchedule
+from streamkit.app.services import Service
+from streamkit.app.signals import Signal
+from streamkit.app.views import View, ViewHandler, route_decorator
+from streamkit.dsl.builders import KStream, KTable, Pipeline, Source, compile_pipeline, table_stream
+from streamkit.faust.windows import FaustTable
 from streamkit.tables.table import SetTable, Table
-from streamkit.topics import Sender, Topic, to_ms
-from streamkit.views import View, ViewHandler, route_decorator
-from streamkit.windows.faust import FaustTable
+from streamkit.topics import ports
+from streamkit.topics.topic import Sender, Topic, to_ms
 
 _Table = Table  # the class, as annotations inside App (where ``Table`` is a method) name it
 
@@ -84,7 +85,7 @@ class App:
     """
 
     def __init__(self, id: str, **settings: Any) -> None:
-        """``settings``: any of Faust's settings and streamkit's own (``streamkit.conf``):
+        """``settings``: any of Faust's settings and streamkit's own (``streamkit.app.conf``):
         ``broker`` (``file://DIR``, the default ``file://.streamkit``, or
         ``kafka://host:port``), ``on_error`` (``"dlq"`` or ``"stop"``), ``commit_interval``
         (seconds), ``auto_offset_reset``, ``topic_partitions``, ``version``,
@@ -106,7 +107,7 @@ class App:
         self.sender: Sender | None = None
         self.replies: Replies | None = None  # agent RPC's reply consumer, set by a running worker
         self._reply_to: str | None = None
-        # Faust's signals, sent by the worker (see ``streamkit.signals``).
+        # Faust's signals, sent by the worker (see ``streamkit.app.signals``).
         self.on_partitions_assigned = Signal("on_partitions_assigned")
         self.on_partitions_revoked = Signal("on_partitions_revoked")
         self.on_rebalance_complete = Signal("on_rebalance_complete")
@@ -179,7 +180,7 @@ class App:
     def Table(self, name: str, **options: Any) -> FaustTable:  # Faust spells it with a capital
         """Declare a table: keyed state, dict-like inside agents (see ``streamkit.tables``);
         ``.tumbling()``, ``.hopping()``, ``.sliding()``, ``.session()`` make it windowed
-        (``streamkit.windows.faust``).
+        (``streamkit.faust.windows``).
 
         Options: ``default`` (a callable, like ``int``), ``key_type``, ``value_type``,
         ``key_serializer``, ``value_serializer``, ``partitions``, ``store`` ("rocksdb" or
@@ -207,7 +208,7 @@ class App:
         return self._declare_table(name, Table, {**options, "is_global": True})
 
     def stream(self, topic: Topic | str | _Table | KTable) -> KStream:
-        """A declarative stream of ``topic`` (or of a table's changes): see ``streamkit.dsl``."""
+        """A declarative stream of ``topic`` (or of a table's changes): see ``streamkit.dsl.builders``."""
         if isinstance(topic, (Table, KTable)):
             return table_stream(self, topic.table if isinstance(topic, KTable) else topic)
         return KStream(self, (Source(self.topic(topic) if isinstance(topic, str) else topic),))
@@ -226,7 +227,7 @@ class App:
         self.topologies.append(pipeline)
 
     def channel(self, *, key_type: Any = None, value_type: Any = None, maxsize: int | None = None) -> Channel:
-        """An in-memory channel (``streamkit.channels``): agents and iterations in this process
+        """An in-memory channel (``streamkit.agents.channel``): agents and iterations in this process
         read what is sent to it; nothing is stored."""
         return Channel(self, key_type=key_type, value_type=value_type, maxsize=maxsize)
 
@@ -286,13 +287,11 @@ class App:
     def main(self, argv: Sequence[str] | None = None) -> None:
         """Faust's entry point: ``python app.py worker -l info`` runs ``streamkit worker`` on
         this app (and so does every other app command: ``agents``, ``send``, ``tables``)."""
-        import importlib
         import sys
 
-        # The one call from a declaration up to the command line, made by name at run time:
-        # Faust's entry point is the app itself. Nothing is imported until it is called.
-        cli = importlib.import_module("streamkit.cli.main")
-        cli.main_for_app(self, list(sys.argv[1:] if argv is None else argv))
+        # The one call from a declaration up to the command line (Faust's entry point is the
+        # app itself), through the port the command line installed (``topics/ports.py``).
+        ports.run_command_line(self, list(sys.argv[1:] if argv is None else argv))
 
     def timer(
         self, interval: float, *, on_leader: bool = False
@@ -404,14 +403,14 @@ class App:
         """Serve a view at ``path`` (aiohttp's patterns: ``/count/{word}/``) on the worker's
         web port beside its HTTP API: an ``async def view(web, request, **params)`` answering
         GET with ``web.json(...)``, or a ``View`` subclass with ``get``/``post``/...
-        (``streamkit.views``). ``cors_options`` is accepted as Faust's, with no effect."""
+        (``streamkit.app.views``). ``cors_options`` is accepted as Faust's, with no effect."""
         if not isinstance(path, str) or not path.startswith("/"):
             raise ConfigError(f"a page's path must start with '/', not {path!r}")
 
         def register(fun: Any) -> type[View]:
             if isinstance(fun, type):
                 if not issubclass(fun, View):
-                    raise ConfigError(f"@app.page on a class needs a streamkit.views.View subclass, not {fun!r}")
+                    raise ConfigError(f"@app.page on a class needs a streamkit.app.views.View subclass, not {fun!r}")
                 view: type[View] = fun
             else:
                 view = base.from_handler(fun)

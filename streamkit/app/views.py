@@ -38,7 +38,7 @@ from streamkit._core.errors import ConfigError, StreamkitError
 
 if TYPE_CHECKING:
     from streamkit.tables.table import Table
-    from streamkit.topics import Topic
+    from streamkit.topics.topic import Topic
 
 _Bytes = bytes  # View has a method named bytes, as Faust's has
 HTTP_METHODS = ("get", "post", "put", "patch", "delete")

@@ -41,7 +41,7 @@ from typing import Any, ClassVar
 
 from streamkit._core.errors import ConfigError
 from streamkit._core.waiting import sleep_unless
-from streamkit.crontab import CronSchedule
+from streamkit.app.crontab import CronSchedule
 
 ServiceMethod = Callable[[Any], Awaitable[None]]
 

@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from streamkit._core.record import METADATA_KEY, Record, reconstruct
 from streamkit._core.serde import JsonSerde, SerdeError
-from streamkit.topics import Topic
+from streamkit.topics.topic import Topic
 
 if TYPE_CHECKING:
-    from streamkit.app import App
+    from streamkit.app.application import App
 
 REPLY_TO_HEADER = "Faust-Ag-ReplyTo"
 CORRELATION_ID_HEADER = "Faust-Ag-CorrelationId"

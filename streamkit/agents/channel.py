@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any
 from streamkit._core.clock import SYSTEM_CLOCK, Clock
 from streamkit._core.context import current_event
 from streamkit._core.errors import ConfigError
-from streamkit.streams import Event, KeyFn, Source, Stream, StreamEnd
-from streamkit.topics import Headers, Topic, timestamp_ms
+from streamkit.agents.stream import Event, KeyFn, Source, Stream, StreamEnd
+from streamkit.topics.topic import Headers, Topic, timestamp_ms
 
 if TYPE_CHECKING:
-    from streamkit.app import App
+    from streamkit.app.application import App
 
 CHANNEL_TOPIC = "<anon>"  # the topic an event sent to a channel names, as Faust's
 

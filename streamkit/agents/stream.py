@@ -25,7 +25,7 @@ from streamkit._core.errors import ConfigError
 from streamkit._core.types import TopicPartition
 
 if TYPE_CHECKING:
-    from streamkit.topics import Topic
+    from streamkit.topics.topic import Topic
 
 T = TypeVar("T")
 

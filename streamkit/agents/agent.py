@@ -31,13 +31,14 @@ from types import GenericAlias
 from typing import TYPE_CHECKING, Any, Union
 
 from streamkit._core.errors import ConfigError
-from streamkit.channels import Channel
-from streamkit.replies import Replies, request_headers
-from streamkit.streams import Stream
-from streamkit.topics import Headers, Sent, Topic
+from streamkit.agents.channel import Channel
+from streamkit.agents.replies import Replies, request_headers
+from streamkit.agents.stream import Stream
+from streamkit.topics import ports
+from streamkit.topics.topic import Headers, Sent, Topic
 
 if TYPE_CHECKING:
-    from streamkit.app import App
+    from streamkit.app.application import App
 
 AgentFn = Callable[[Stream], Any]
 Sink = Union[Topic, Channel, "Agent", Callable[[Any], Any]]
@@ -159,11 +160,8 @@ class Agent:
         name = _topic_name(reply_to or self.app.reply_to)
         replies = self.app.replies
         if replies is None:
-            import importlib
-
-            # As topics' sends from a script: the runtime is reached by name, at run time.
-            standalone = importlib.import_module("streamkit.runtime.standalone")
-            replies = (await standalone.attach(self.app)).replies
+            # As topics' sends from a script: the runtime, through the port it installed.
+            replies = (await ports.attach_script(self.app)).replies
         assert replies is not None
         await replies.listen(name)
         return replies, name

@@ -7,12 +7,12 @@ at run time (``StreamT[Order]``), as Faust's.
 
     >>> import streamkit as sk
     >>> sk.StreamT is sk.Stream and sk.TopicT is sk.Topic, sk.StreamT[int]
-    (True, streamkit.streams.Stream[int])
+    (True, streamkit.agents.stream.Stream[int])
     >>> len(sk.uuid())
     36
 
 ``ChannelT`` is ``Topic``; an in-memory channel (``app.channel()``) is a
-``streamkit.channels.Channel``. ``TableT`` is the dict-like protocol a table offers; tables are not offered
+``streamkit.agents.channel.Channel``. ``TableT`` is the dict-like protocol a table offers; tables are not offered
 yet, so it serves annotations only.
 """
 
@@ -22,9 +22,9 @@ from collections.abc import Iterator
 from typing import Protocol, TypeVar
 from uuid import uuid4
 
-from streamkit.agents import Agent
-from streamkit.streams import Event, Stream
-from streamkit.topics import Topic
+from streamkit.agents.agent import Agent
+from streamkit.agents.stream import Event, Stream
+from streamkit.topics.topic import Topic
 
 KT = TypeVar("KT")
 VT = TypeVar("VT")
