@@ -27,7 +27,7 @@ demo: setup
 	bash scripts/demo.sh
 
 lint: setup
-	$(BIN)/ruff check streamkit tests benchmarks apps
+	$(BIN)/ruff check streamkit tests benchmarks apps scripts
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

@@ -4,12 +4,12 @@ error reply, and that ``messages.py`` matches what the generator makes from the 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import struct
 import types
 import typing
 from pathlib import Path
 
-import gen_messages
 import pytest
 from aiokafka.protocol import fetch as aiokafka_fetch
 from aiokafka.protocol import produce as aiokafka_produce
@@ -32,11 +32,20 @@ from streamkit.log.server.messages import (
 )
 
 MESSAGES_PY = Path(codec.__file__).with_name("messages.py")
+GENERATOR = Path(__file__).resolve().parents[2] / "scripts" / "gen_messages.py"
+
+
+def _generator() -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location("gen_messages", GENERATOR)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_messages_py_is_what_the_generator_makes() -> None:
-    assert MESSAGES_PY.read_text() == gen_messages.generate(), (
-        "regenerate: python tests/broker/gen_messages.py > streamkit/log/server/messages.py"
+    assert MESSAGES_PY.read_text() == _generator().generate(), (
+        "regenerate: python scripts/gen_messages.py > streamkit/log/server/messages.py"
     )
 
 
