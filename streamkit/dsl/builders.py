@@ -54,6 +54,7 @@ from streamkit.tables.table import Table
 from streamkit.topics.topic import Topic, to_ms
 from streamkit.windows.join import JOIN_KINDS as STREAM_JOIN_KINDS
 from streamkit.windows.join import Codec, WindowJoin
+from streamkit.windows.records import late_headers, window_body
 from streamkit.windows.spec import WindowSpec
 from streamkit.windows.wtable import WindowedTable, late_counter
 
@@ -787,13 +788,7 @@ def _join_stage(
             key=raw_key,
             value=value,
             timestamp=ts,
-            headers=[
-                ("streamkit.table", state_table.name),
-                ("streamkit.join_side", side),
-                ("streamkit.reason", reason),
-                ("streamkit.timestamp", str(ts)),
-                ("streamkit.stream_time", str(now)),
-            ],
+            headers=late_headers(state_table.name, reason, ts, now, side=side),
         )
 
     async def join_streams(stream: Stream) -> None:
@@ -878,19 +873,14 @@ def _windowed_agent(table: WindowedTable, run: Callable[[Any, Any], Pairs]) -> C
                 for window in step.emitted if emitted is not None else ():
                     await emitted.send(
                         key=key_loads(window.key),
-                        value={"window_start": window.start_ms, "window_end": window.end_ms, "value": window.value},
+                        value=window_body(window.start_ms, window.end_ms, window.value),
                     )
                 late = step.late
                 if late is not None:
                     await table.late_topic.send(
                         key=late.key,
                         value=value,
-                        headers=[
-                            ("streamkit.table", table.name),
-                            ("streamkit.reason", late.reason),
-                            ("streamkit.timestamp", str(late.ts_ms)),
-                            ("streamkit.stream_time", str(late.stream_time_ms)),
-                        ],
+                        headers=late_headers(table.name, late.reason, late.ts_ms, late.stream_time_ms),
                     )
 
     return aggregate_windows

@@ -63,6 +63,7 @@ from streamkit.tables.errors import PartitionNotHeldError, TableError
 from streamkit.tables.partition import SortedPartition
 from streamkit.tables.table import Table, ansitable
 from streamkit.windows.aggregate import Step, WindowAggregator, WindowResult
+from streamkit.windows.records import late_headers
 from streamkit.windows.spec import (
     Duration,
     Hopping,
@@ -297,12 +298,7 @@ class FaustWindowedTable(WindowedTable):
             self.late_topic.send_soon(
                 key=late.key,
                 value=event.value if event is not None else None,
-                headers=[
-                    ("streamkit.table", self.name),
-                    ("streamkit.reason", late.reason),
-                    ("streamkit.timestamp", str(late.ts_ms)),
-                    ("streamkit.stream_time", str(late.stream_time_ms)),
-                ],
+                headers=late_headers(self.name, late.reason, late.ts_ms, late.stream_time_ms),
             )
         callback = self.on_window_close
         if callback is None:

@@ -95,6 +95,7 @@ from streamkit.spark.options import OffsetRange, split_range
 from streamkit.spark.source import FORMAT, register
 from streamkit.windows.aggregate import WindowAggregator
 from streamkit.windows.keys import decode_window_key
+from streamkit.windows.records import late_headers, window_body
 from streamkit.windows.store import SortedMemoryStore
 from streamkit.windows.wtable import WindowedTable
 
@@ -657,17 +658,11 @@ def _window_rows(plan: _Plan, items: Iterator[tuple[int, Placed]]) -> Iterator[t
             step = driver.process(key_dumps(key) or b"", ts, (key, value))
             if emitted:  # as the worker sends them: in the order emitted, stamped with the record's time
                 for window in step.emitted:
-                    body = _JSON.dumps({"window_start": window.start_ms, "window_end": window.end_ms,
-                                        "value": window.value})
+                    body = _JSON.dumps(window_body(window.start_ms, window.end_ms, window.value))
                     yield (EMITTED, partition, window.key, body, ts, None)
             late = step.late
             if late is not None:
-                headers = [
-                    ("streamkit.table", table.name.encode()),
-                    ("streamkit.reason", late.reason.encode()),
-                    ("streamkit.timestamp", str(late.ts_ms).encode()),
-                    ("streamkit.stream_time", str(late.stream_time_ms).encode()),
-                ]
+                headers = late_headers(table.name, late.reason, late.ts_ms, late.stream_time_ms)
                 yield (LATE, None, late.key, late_values(value), ts, headers)
             if plan.output:
                 yield from _final_windows(table, driver, store.dropped)
@@ -693,7 +688,7 @@ def _final_windows(
 
 def _window_output(table: WindowedTable, key: bytes, start: int, end: int, value: Any) -> tuple[Any, ...]:
     """A window as the windows topic carries it (``KWindowedTable.to_stream``)."""
-    body = _JSON.dumps({"window_start": start, "window_end": end, "value": value})
+    body = _JSON.dumps(window_body(start, end, value))
     return (OUTPUT, None, key, body, end, None)
 
 
