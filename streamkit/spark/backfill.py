@@ -58,7 +58,6 @@ filled by agent code. A backfill needs the app's workers stopped: it moves their
 from __future__ import annotations
 
 import functools
-import heapq
 import os
 import sys
 import time
@@ -68,6 +67,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from streamkit._core.errors import ConfigError
+from streamkit._core.order import task_order
 from streamkit._core.partitioner import partition_for_key
 from streamkit._core.refs import import_ref
 from streamkit._core.serde import Serde, serde_for
@@ -404,33 +404,19 @@ Output = tuple[int, int, int, int, Any, Any]
 
 
 def _task_order(outputs: Iterable[Output]) -> list[Output]:
-    """A key's outputs in the order a worker's task takes them: each source partition's in
-    offset order, the next always from the source partition whose next output is the oldest
-    (ties: the lower source partition). Without a repartition (or with one source partition)
-    this is exactly the worker's order: a key's outputs all come from the one source partition
-    its table partition reads, in offset order. After a repartition over several source
-    partitions, the worker takes each source partition's outputs in offset order too, but how
-    they interleave depends on when the upstream tasks wrote them; this is one such order."""
+    """A key's outputs in the order a worker's task takes them (``_core/order.py``): each
+    source partition's in offset order, merged by timestamp. Without a repartition (or with
+    one source partition) this is exactly the worker's order: a key's outputs all come from
+    the one source partition its table partition reads, in offset order. After a repartition
+    over several source partitions, the worker takes each source partition's outputs in
+    offset order too, but how they interleave depends on when the upstream tasks wrote them;
+    this is one such order."""
     by_source: dict[int, list[Output]] = {}
     for output in outputs:
         by_source.setdefault(output[0], []).append(output)
-    if len(by_source) == 1:
-        (only,) = by_source.values()
-        only.sort(key=lambda o: (o[1], o[2]))
-        return only
-    heads: list[tuple[int, int, int]] = []
-    for source, found in by_source.items():
+    for found in by_source.values():
         found.sort(key=lambda o: (o[1], o[2]))
-        heads.append((found[0][3], source, 0))
-    heapq.heapify(heads)
-    ordered: list[Output] = []
-    while heads:
-        _ts, source, i = heapq.heappop(heads)
-        found = by_source[source]
-        ordered.append(found[i])
-        if i + 1 < len(found):
-            heapq.heappush(heads, (found[i + 1][3], source, i + 1))
-    return ordered
+    return list(task_order([by_source[s] for s in sorted(by_source)], timestamp=lambda o: o[3]))
 
 
 def _fold_key(plan: _Plan, item: tuple[tuple[int, bytes], Iterable[Output]]) -> Iterator[tuple[Any, ...]]:
@@ -618,23 +604,14 @@ class _StampedStore(SortedMemoryStore):
 
 
 def _merged(records: list[Placed]) -> Iterator[Placed]:
-    """A table partition's records in the order a worker's task takes them: each source
-    partition in offset order, the next record always from the source partition whose next
-    record is the oldest (ties: the lower source partition)."""
+    """A table partition's records in the order a worker's task takes them
+    (``_core/order.py``): each source partition in offset order, merged by timestamp."""
     by_source: dict[int, list[Placed]] = {}
     for record in records:
         by_source.setdefault(record[1], []).append(record)
-    heads: list[tuple[int, int, int]] = []
-    for source, found in by_source.items():
+    for found in by_source.values():
         found.sort(key=lambda r: r[2])  # offset (a flat map's outputs keep their order: stable)
-        heads.append((found[0][3], source, 0))
-    heapq.heapify(heads)
-    while heads:
-        _ts, source, i = heapq.heappop(heads)
-        found = by_source[source]
-        yield found[i]
-        if i + 1 < len(found):
-            heapq.heappush(heads, (found[i + 1][3], source, i + 1))
+    return task_order([by_source[s] for s in sorted(by_source)], timestamp=lambda r: r[3])
 
 
 def _window_rows(plan: _Plan, items: Iterator[tuple[int, Placed]]) -> Iterator[tuple[Any, ...]]:
@@ -744,15 +721,10 @@ def publish(app: App, topic: Any, tasks: list[list[Sent]]) -> list[list[Sent]]:
             else:
                 p = partition_for_key(record[0], count)
             queues.setdefault((p, t), []).append(record)
-    by_partition: list[list[Sent]] = [[] for _ in range(count)]
-    heads = [(queue[0][2], t, p, 0) for (p, t), queue in queues.items()]  # (ts, task, partition, index)
-    heapq.heapify(heads)
-    while heads:
-        _ts, t, p, n = heapq.heappop(heads)
-        queue = queues[(p, t)]
-        by_partition[p].append(queue[n])
-        if n + 1 < len(queue):
-            heapq.heappush(heads, (queue[n + 1][2], t, p, n + 1))
+    by_partition: list[list[Sent]] = [
+        list(task_order([queues[key] for key in sorted(queues) if key[0] == p], timestamp=lambda r: r[2]))
+        for p in range(count)
+    ]
     rows: list[Row] = [(OUTPUT, p, k, v, ts, None) for p, sent in enumerate(by_partition) for k, v, ts in sent]
     if rows:
         append(app, topic.name, rows)

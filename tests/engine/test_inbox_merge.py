@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import streamkit as sk
+from streamkit._core.order import task_order
 from streamkit.agents.stream import Event
 from streamkit.runtime import inbox as inbox_module
 from streamkit.runtime.inbox import Inbox, RootSource
@@ -155,3 +156,23 @@ def test_interleaved_inboxes_are_merged_into_one_chunk() -> None:
         assert refills == 3
 
     contextvars.Context().run(run)
+
+
+@settings(max_examples=200, deadline=None)
+@given(batches=st.lists(st.lists(st.integers(0, 40), max_size=30), min_size=2, max_size=3))
+def test_a_task_takes_what_it_holds_in_the_one_task_order(batches: list[list[int]]) -> None:
+    """With every record already in its inbox (timestamps out of order within one too), the
+    source hands them out in
+    ``_core.order.task_order``: the order the backfill computes for a task (one definition)."""
+    inputs = [[(f"t{i}", offset, ts) for offset, ts in enumerate(batch)] for i, batch in enumerate(batches)]
+    expected = list(task_order(inputs, timestamp=lambda r: r[2]))
+
+    async def run() -> list[tuple[str, int, int] | None]:
+        source, inboxes = _source(RootSource, len(batches))
+        for inbox, records in zip(inboxes, inputs, strict=True):
+            if records:
+                inbox.put([Rec(offset, ts) for _t, offset, ts in records])
+        context = contextvars.copy_context()
+        return [context.run(lambda: _key(source.get_nowait())) for _ in expected]
+
+    assert asyncio.run(run()) == expected
