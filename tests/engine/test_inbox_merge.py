@@ -162,8 +162,8 @@ def test_interleaved_inboxes_are_merged_into_one_chunk() -> None:
 @given(batches=st.lists(st.lists(st.integers(0, 40), max_size=30), min_size=2, max_size=3))
 def test_a_task_takes_what_it_holds_in_the_one_task_order(batches: list[list[int]]) -> None:
     """With every record already in its inbox (timestamps out of order within one too), the
-    source hands them out in
-    ``_core.order.task_order``: the order the backfill computes for a task (one definition)."""
+    source hands them out in ``_core.order.task_order``: the order the backfill computes for a
+    task (one definition)."""
     inputs = [[(f"t{i}", offset, ts) for offset, ts in enumerate(batch)] for i, batch in enumerate(batches)]
     expected = list(task_order(inputs, timestamp=lambda r: r[2]))
 
