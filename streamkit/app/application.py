@@ -27,7 +27,9 @@ from streamkit.app.crontab import CronSchedule
 from streamkit.app.services import Service
 from streamkit.app.signals import Signal
 from streamkit.app.views import View, ViewHandler, route_decorator
-from streamkit.dsl.builders import KStream, KTable, Pipeline, Source, compile_pipeline, table_stream
+from streamkit.dsl.builders import KStream, KTable, table_stream
+from streamkit.dsl.nodes import Pipeline, Source
+from streamkit.dsl.plan import Plan, lower
 from streamkit.faust.windows import FaustTable
 from streamkit.tables.table import SetTable, Table
 from streamkit.topics import ports
@@ -97,6 +99,7 @@ class App:
         self.agents: dict[str, Agent] = {}
         self.tables: dict[str, _Table] = {}
         self.topologies: list[Pipeline] = []  # declarative pipelines (app.stream), as data
+        self.plans: list[Plan] = []  # each pipeline lowered into stages (``dsl/plan.py``)
         self.timers: list[Timer] = []
         self.tasks: list[Callable[[], Awaitable[Any]]] = []
         self.crontabs: list[CronJob] = []
@@ -214,17 +217,20 @@ class App:
         return KStream(self, (Source(self.topic(topic) if isinstance(topic, str) else topic),))
 
     def _register_pipeline(self, pipeline: Pipeline, name: str) -> None:
-        """Keep ``pipeline`` and run it as an agent named ``name`` (its table or sink topic)."""
-        compiled = compile_pipeline(self, pipeline, name)
-        for stage in compiled:
-            if stage.name in self.agents:
+        """Keep ``pipeline`` and its plan (named ``name``, after its table or sink topic); a
+        worker compiles the plan's stages into agents when it starts."""
+        taken = self._stage_names()
+        plan = lower(self, pipeline, name)
+        for stage in plan.stages:
+            if stage.name in self.agents or stage.name in taken:
                 raise ConfigError(
                     f"an agent named {stage.name!r} is already declared (pipelines are named after their table or topic)"
                 )
-        for stage in compiled:
-            stage.fn.__name__ = stage.name
-            self.agents[stage.name] = Agent(self, stage.fn, stage.topics, name=stage.name, sinks=stage.sinks)
+        self.plans.append(plan)
         self.topologies.append(pipeline)
+
+    def _stage_names(self) -> set[str]:
+        return {stage.name for plan in self.plans for stage in plan.stages}
 
     def channel(self, *, key_type: Any = None, value_type: Any = None, maxsize: int | None = None) -> Channel:
         """An in-memory channel (``streamkit.agents.channel``): agents and iterations in this process
@@ -260,7 +266,7 @@ class App:
 
         def register(fn: AgentFn) -> Agent:
             agent_name = name or fn.__name__
-            if agent_name in self.agents:
+            if agent_name in self.agents or agent_name in self._stage_names():
                 raise ConfigError(f"an agent named {agent_name!r} is already declared")
             options = {"key_type": key_type, "value_type": value_type, **topic_options} if declares else {}
             reads: Channel | None = None

@@ -28,6 +28,7 @@ from streamkit.cli.statedir import default_state_dir, forget_web_url, record_web
 from streamkit.log.errors import DataDirLockedError
 from streamkit.runtime.probe import discover
 from streamkit.runtime.sender import RuntimeSender
+from streamkit.runtime.stages import install_plans
 from streamkit.runtime.worker import Worker
 from streamkit.topics.topic import Topic
 from streamkit.transport.base import TransportError
@@ -299,6 +300,7 @@ def agents(app_ref: str) -> None:
 
 
 async def _describe_agents(app: App) -> list[tuple[str, str, str]]:
+    install_plans(app)  # the DSL's stages, as a worker runs them
     rows = []
     for agent in app.agents.values():
         hops = await discover(agent)

@@ -55,12 +55,21 @@ class Topology:
         default = self.app.topic_partitions
         wanted: dict[str, int] = {}
         changelogs = self.state.changelog_names
+        # A pipeline's repartition topic declared without a partition count takes its
+        # source's (Kafka Streams' rule; the backfill places records the same way).
+        likes = {rep.topic.name: rep.like for plan in self.app.plans for rep in plan.repartitions}
+        later = []
         for topic in list(self.app.topics.values()):
             if topic.name in changelogs:
+                continue
+            if topic.partitions is None and topic.name in likes:
+                later.append(topic)
                 continue
             await self.ensure(topic, topic.partitions or default)
             if topic.partitions is not None:
                 wanted[topic.name] = topic.partitions
+        for topic in later:
+            await self.ensure(topic, self._counts.get(likes[topic.name].name) or default)
         # Tables' changelogs take the partitions of the agents' inputs (co-partitioning), so
         # they come after the inputs and before the hops of agents that read them.
         inputs = [t.name for a in self.app.agents.values() for t in a.topics if t.name in self._counts]

@@ -48,6 +48,7 @@ from streamkit.runtime.outputs import Forward, forwarder
 from streamkit.runtime.replies import ReplyConsumer
 from streamkit.runtime.sender import RuntimeSender
 from streamkit.runtime.shutdown import StopDeadline
+from streamkit.runtime.stages import install_plans
 from streamkit.runtime.state import StateManager
 from streamkit.runtime.tasks import ChannelTask, PartitionTask
 from streamkit.runtime.timers import TimerRunner
@@ -153,6 +154,7 @@ class Worker:
         advertised_url: str | None = None,
     ) -> None:
         self.app = app
+        install_plans(app)  # the DSL's plans, compiled into agents
         self.client = client or open_log_client(broker or app.broker, owner=True)
         self.clock = clock
         self._run_timers = run_timers

@@ -72,10 +72,8 @@ from streamkit._core.partitioner import partition_for_key
 from streamkit._core.refs import import_ref
 from streamkit._core.serde import Serde, serde_for
 from streamkit.app.application import App
-from streamkit.dsl.builders import (
-    REPARTITION_KEY_SERDE,
+from streamkit.dsl.nodes import (
     Aggregate,
-    GroupBy,
     Join,
     Map,
     Pipeline,
@@ -84,10 +82,9 @@ from streamkit.dsl.builders import (
     StreamJoin,
     TableJoin,
     WindowedAggregate,
-    repartition_topic_name,
-    runner,
-    stage_names,
 )
+from streamkit.dsl.ops import fold, fold_step, runner
+from streamkit.dsl.plan import Plan
 from streamkit.log.records import NewRecord
 from streamkit.spark.columns import batch_lists, column_batches
 from streamkit.spark.logs import open_source_log
@@ -99,7 +96,6 @@ from streamkit.windows.records import late_headers, window_body
 from streamkit.windows.store import SortedMemoryStore
 from streamkit.windows.wtable import WindowedTable
 
-_REPARTITION_KEYS = serde_for(REPARTITION_KEY_SERDE)
 _JSON = serde_for("json")
 # The window driver's store layout (windows/aggregate.py): window aggregates under 0x01.
 _WINDOW_DATA = b"\x01"
@@ -211,31 +207,6 @@ def log_options(app: App) -> dict[str, str]:
     raise ConfigError(f"cannot backfill from broker {app.broker!r}")
 
 
-def _fold(kind: str, fn: Callable[..., Any] | None, initializer: Callable[[], Any] | None,
-          key: Any, values: Iterable[Any]) -> tuple[bool, Any]:
-    """(present?, value) after folding ``values`` (in event order) as the worker's table would."""
-    if kind == "count":
-        return True, sum(1 for _ in values)
-    if kind == "sum":
-        return True, sum(fn(v) if fn is not None else v for v in values)
-    if kind == "latest":
-        last = None
-        for last in values:  # noqa: B007 - the last value is the one kept
-            pass
-        return last is not None, last
-    found = False
-    acc: Any = None
-    for v in values:
-        if kind == "reduce":
-            assert fn is not None
-            acc = v if not found else fn(acc, v)
-        else:
-            assert fn is not None and initializer is not None
-            acc = fn(key, v, acc if found else initializer())
-        found = True
-    return found, acc
-
-
 # -- what the executors run --------------------------------------------------------------------
 
 
@@ -255,15 +226,18 @@ class _Plan:
 
 @dataclass(frozen=True)
 class _Parts:
-    """A pipeline cut where the worker cuts it, with the serializers on the way."""
+    """The stages of a table's plan (``dsl/plan.py``), as the executors run them: the first
+    stage's operators and re-key, the repartition topic's serializers, the second stage's
+    operators and the fold (one stage: no repartition)."""
 
     key_loads: Callable[[bytes | None], Any]
     value_loads: Callable[[bytes | None], Any]
     key_dumps: Callable[[Any], bytes | None]
     before: Callable[[Any, Any], list[tuple[Any, Any]]] | None  # None: no operator before the grouping
-    group: GroupBy | None
-    # The repartition topic's value serializer when an operator before the group_by may have
-    # changed the values' type (json; else the source's, which gives back what it decoded).
+    key_by: Callable[[Any], Any] | None  # the group_by's key function (None: keys as they are)
+    repartition: Any  # the Topic between the stages, None when there is one stage
+    # The repartition topic's value serializer when it is not the source's (an operator before
+    # the group_by may have changed the values' type): values make that round trip.
     repartition_values: Serde | None
     after: Callable[[Any, Any], list[tuple[Any, Any]]] | None  # None: no operator after it
     terminal: Aggregate | WindowedAggregate
@@ -272,28 +246,32 @@ class _Parts:
 _PARTS: dict[_Plan, _Parts] = {}
 
 
+def plan_of(app: App, table: str) -> Plan:
+    """The plan of the declarative pipeline that fills ``table`` (refused by name when the
+    backfill cannot run it)."""
+    find_pipeline(app, table)
+    return next(p for p in app.plans if isinstance(p.terminal, (Aggregate, WindowedAggregate))
+                and p.terminal.table.name == table)
+
+
 def _parts(plan: _Plan) -> _Parts:
-    """``plan``'s pipeline parts, built once per executor process."""
+    """``plan``'s stages, built once per executor process from the app's module."""
     found = _PARTS.get(plan)
     if found is None:
         app = load_app(plan.app_ref, plan.root)
-        pipeline = find_pipeline(app, plan.table)
-        source, terminal = pipeline[0], pipeline[-1]
-        assert isinstance(source, Source) and isinstance(terminal, (Aggregate, WindowedAggregate))
-        middle = pipeline[1:-1]
-        split = next((i for i, n in enumerate(middle) if isinstance(n, GroupBy)), None)
-        group = middle[split] if split is not None else None
-        before = middle if split is None else middle[:split]
-        after = () if split is None else middle[split + 1 :]
-        repartition_values = None
-        # As compile_pipeline declares the repartition topic.
-        if isinstance(group, GroupBy) and any(isinstance(n, Map) and n.kind != "filter" for n in before):
-            repartition_values = _JSON
+        lowered = plan_of(app, plan.table)
+        source = lowered.source
+        first, last = lowered.stages[0], lowered.stages[-1]
+        terminal = last.output
+        assert isinstance(terminal, (Aggregate, WindowedAggregate))
+        repartition = lowered.repartitions[0].topic if lowered.repartitions else None
+        values = None
+        if repartition is not None and repartition.value_serde is not source.topic.value_serde:
+            values = repartition.value_serde
         found = _PARTS[plan] = _Parts(
             source.topic.key_serde.loads, source.topic.value_serde.loads, source.topic.key_serde.dumps,
-            runner(tuple(before)) if before else None,
-            group if isinstance(group, GroupBy) else None, repartition_values, runner(tuple(after)) if after else None,
-            terminal,
+            runner(first.ops) if first.ops else None, first.key_by, repartition, values,
+            runner(last.ops) if repartition is not None and last.ops else None, terminal,
         )
     return found
 
@@ -360,10 +338,10 @@ def _place(plan: _Plan, chunks: Iterator[SourceChunk]) -> Iterator[Placed]:
     """Source records -> their pipeline's outputs, each with the table partition it goes to."""
     parts = _parts(plan)
     key_loads, value_loads, run_before, run_after = parts.key_loads, parts.value_loads, parts.before, parts.after
-    group = parts.group
-    regroup = group.fn if group is not None else None
+    repartition, regroup = parts.repartition, parts.key_by
     values = parts.repartition_values
-    dumps, loads = _REPARTITION_KEYS.dumps, _REPARTITION_KEYS.loads
+    if repartition is not None:
+        dumps, loads = repartition.key_serde.dumps, repartition.key_serde.loads
     # Keys repeat, and their trip through the repartition topic (encode, decode, murmur2 in
     # Python) is not cheap: remembered per immutable key, by type (True == 1, not as JSON).
     seen: dict[tuple[type, Any], tuple[Any, int]] = {}
@@ -374,7 +352,7 @@ def _place(plan: _Plan, chunks: Iterator[SourceChunk]) -> Iterator[Placed]:
             key = None if unused_key else key_loads(raw_key)
             value = value_loads(raw_value)
             for k, v in ((key, value),) if run_before is None else run_before(key, value):
-                if group is not None:
+                if repartition is not None:
                     if regroup is not None:
                         k = regroup(v)
                     if isinstance(k, _IMMUTABLE):
@@ -426,7 +404,7 @@ def _fold_key(plan: _Plan, item: tuple[tuple[int, bytes], Iterable[Output]]) -> 
     assert isinstance(terminal, Aggregate)
     (partition, raw_key), outputs = item
     ordered = _task_order(outputs)
-    present, value = _fold(terminal.kind, terminal.fn, terminal.initializer, ordered[0][4], (o[5] for o in ordered))
+    present, value = fold(fold_step(terminal.kind, terminal.fn, terminal.initializer), ordered[0][4], (o[5] for o in ordered))
     raw_value = terminal.table.value_serde.dumps(value) if present else None
     latest = ordered[-1][3]
     if plan.output:
@@ -441,7 +419,7 @@ def _job_rows(plan: _Plan, partitions: int, rows: Iterator[Any]) -> Iterator[tup
     encodes it)."""
     parts = _parts(plan)
     table_keys = parts.terminal.table.key_serde.loads
-    encode = _REPARTITION_KEYS.dumps if parts.group is not None else parts.key_dumps
+    encode = parts.repartition.key_serde.dumps if parts.repartition is not None else parts.key_dumps
     for row in rows:
         key = bytes(row.key) if row.key is not None else None
         if key is None:
@@ -463,7 +441,7 @@ def _counts(plan: _Plan, chunks: Iterator[SourceChunk]) -> Iterator[tuple[tuple[
     terminal = parts.terminal
     assert isinstance(terminal, Aggregate)
     key_dumps = terminal.table.key_serde.dumps
-    if parts.after is not None or (parts.group is None and parts.before is not None):
+    if parts.after is not None or (parts.repartition is None and parts.before is not None):
         yield from _placed_counts(plan, key_dumps, _place(plan, chunks))
         return
     # (key as the pipeline gives it) -> [count, latest timestamp]: str keys in ``tally``, other
@@ -472,7 +450,7 @@ def _counts(plan: _Plan, chunks: Iterator[SourceChunk]) -> Iterator[tuple[tuple[
     tally: dict[Any, list[int]] = {}
     typed: dict[tuple[type, Any], list[int]] = {}
     others: list[tuple[Any, int]] = []
-    if parts.group is None:  # the source's keys, per source partition, as their bytes
+    if parts.repartition is None:  # the source's keys, per source partition, as their bytes
         value_loads = parts.value_loads
         for source_partition, raw_keys, raw_values, _offsets, timestamps in chunks:
             for raw_key, raw_value, ts in zip(raw_keys, raw_values, timestamps, strict=True):
@@ -492,7 +470,7 @@ def _counts(plan: _Plan, chunks: Iterator[SourceChunk]) -> Iterator[tuple[tuple[
         for where, (n, ts) in out.items():
             yield where, (n, ts)
         return
-    regroup, run_before, key_loads = parts.group.fn, parts.before, parts.key_loads
+    regroup, run_before, key_loads = parts.key_by, parts.before, parts.key_loads
     value_loads = parts.value_loads
     decode_keys = run_before is not None or regroup is None
     for _source_partition, raw_keys, raw_values, _offsets, timestamps in chunks:
@@ -515,7 +493,8 @@ def _counts(plan: _Plan, chunks: Iterator[SourceChunk]) -> Iterator[tuple[tuple[
                     held[0] += 1
                     if ts > held[1]:
                         held[1] = ts
-    dumps, loads, partitions = _REPARTITION_KEYS.dumps, _REPARTITION_KEYS.loads, plan.repartitions
+    keys = parts.repartition.key_serde
+    dumps, loads, partitions = keys.dumps, keys.loads, plan.repartitions
     placed: dict[tuple[int, bytes], list[int]] = {}
     keys = [*((k, n, ts) for k, (n, ts) in tally.items()), *((k[1], n, ts) for k, (n, ts) in typed.items()),
             *((k, 1, ts) for k, ts in others)]
@@ -693,8 +672,7 @@ def downstream(app: App, topic: Any) -> list[Pipeline]:
                 "backfill with --to-topic instead, or run that pipeline in a worker"
             )
     ours = {p[-1].topic.name for p in found if isinstance(p[-1], Sink)}
-    others = sorted(a.name for a in app.agents.values()
-                    if a.name not in ours and any(t.name == topic.name for t in a.topics))
+    others = sorted(name for name, inputs in _readers(app).items() if name not in ours and topic.name in inputs)
     if others:
         raise ConfigError(
             f"topic {topic.name!r} (a table's stream) is also read by {others} of app {app.id!r}: the backfill "
@@ -848,8 +826,8 @@ def _backfill_one(
     table = terminal.table
     starts, ends = _ranges(app, source.topic.name, from_ms, to_ms)
     source_partitions = len(ends)
-    # compile_pipeline's repartition topics take the source's partition count.
-    plan = _Plan(app_ref, import_root(app_ref), table_name, source_partitions, output=to_topic is not None,
+    plan = _Plan(app_ref, import_root(app_ref), table_name, _repartitions(app, table_name, source_partitions),
+                 output=to_topic is not None,
                  emitted=stream is not None and isinstance(terminal, WindowedAggregate))
     options = log_options(app)
     ranges = [r for p in sorted(ends) for r in split_range(OffsetRange(p, starts[p], ends[p]), SPLIT_OFFSETS)]
@@ -1155,15 +1133,39 @@ def _ensure_topic(app: App, name: str, partitions: int, config: Any) -> int:
     return asyncio.run(ensure())
 
 
+def _repartitions(app: App, table: str, source_partitions: int) -> int:
+    """How many partitions the table's repartition topic has (the worker's rule, as its
+    topology creates it): the topic's own count if it exists, else the declared one, else the
+    source's."""
+    lowered = plan_of(app, table)
+    if not lowered.repartitions:
+        return source_partitions
+    topic = lowered.repartitions[0].topic
+    return _partition_count(app, topic.name) or topic.partitions or source_partitions
+
+
+def _readers(app: App) -> dict[str, set[str]]:
+    """Every agent's input topics by agent name: the app's agents and its plans' stages."""
+    readers = {stage.name: {t.name for t in stage.inputs} for plan in app.plans for stage in plan.stages}
+    for agent in app.agents.values():
+        readers.setdefault(agent.name, {t.name for t in agent.topics})
+    return readers
+
+
+def _plans(app: App, pipelines: list[tuple[str, Pipeline]]) -> list[Plan]:
+    names = {name for name, _p in pipelines}
+    return [plan for plan in app.plans if plan.name in names]
+
+
 def _check_group_free(app: App, pipelines: list[tuple[str, Pipeline]]) -> None:
     """Moving the group past a source would skip it for every other agent reading it."""
-    ours = {stage for name, p in pipelines for stage in stage_names(p, name)}
+    ours = {stage.name for plan in _plans(app, pipelines) for stage in plan.stages}
+    readers = _readers(app)
     for _name, pipeline in pipelines:
         source = pipeline[0]
         assert isinstance(source, Source)
         others = sorted(
-            a.name for a in app.agents.values()
-            if a.name not in ours and any(t.name == source.topic.name for t in a.topics)
+            name for name, inputs in readers.items() if name not in ours and source.topic.name in inputs
         )
         if others:
             raise ConfigError(
@@ -1185,7 +1187,7 @@ def _commit(
     from streamkit.transport.connect import open_log_client
     from streamkit.transport.kafka_tools import KafkaTools
 
-    repartitions = [t for name, p in pipelines if (t := repartition_topic_name(app.id, p, name)) is not None]
+    repartitions = [rep.topic.name for plan in _plans(app, pipelines) for rep in plan.repartitions]
     repartitions += list(at_end)
 
     async def commit() -> None:

@@ -122,7 +122,7 @@ async def test_two_topics_with_a_rekeyed_side_are_repartitioned_and_joined() -> 
     by_order = app.stream(payments).map(lambda k, p: (p["order"], p))
     app.stream(orders).join(by_order, lambda o, p: {"order": o["id"], "amount": p["amount"]}, within=60).to(out)
     assert "rekey-paid-join-right-repartition" in app.topics
-    assert sorted(app.agents) == ["paid", "paid-join-right"]
+    assert sorted(s.name for plan in app.plans for s in plan.stages) == ["paid", "paid-join-right"]
     async with AppDriver(app) as driver:
         for i in range(12):
             await driver.send(orders, {"id": f"o{i}"}, key=f"o{i}", timestamp=BASE + i * 1000)
