@@ -120,9 +120,14 @@ async def test_a_worker_whose_broker_is_gone_stops_on_sigterm_within_the_shutdow
     assert code == 0, text  # a stop, as any other
     assert took < SHUTDOWN_TIMEOUT_S + MARGIN_S, f"stopped after {took:.1f} s:\n{text}"
     gave_up = [line for line in text.splitlines() if "stop: gave up" in line]
-    assert len(gave_up) == 1, text
-    assert re.search(rf"after {SHUTDOWN_TIMEOUT_S:.1f} s: {re.escape(url)} did not answer", gave_up[0]), gave_up
-    assert "committing" in gave_up[0], gave_up  # the offsets (or transactions) it did not commit
+    if gave_up or fault == "hung":
+        assert len(gave_up) == 1, text
+        assert re.search(rf"after {SHUTDOWN_TIMEOUT_S:.1f} s: {re.escape(url)} did not answer", gave_up[0]), gave_up
+        assert "committing" in gave_up[0], gave_up  # the offsets (or transactions) it did not commit
+    else:
+        # A killed broker refuses connections: a commit may fail at once (seen under load),
+        # leaving nothing to wait for. The worker still says what it did not commit.
+        assert re.search(r"was aborted|could not commit|commit failed", text), text
     _assert_quiet(text)
 
 
