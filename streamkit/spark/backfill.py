@@ -1,12 +1,12 @@
 """Backfill: a declarative table of an app recomputed from the log's history on Spark.
 
-The same pipeline the worker runs (``app.stream(...)...count(name)``, see ``streamkit.dsl.builders``)
-is planned as Spark operations over the source topic, whose offset ranges the executors read
-through the ``streamkit`` data source's log readers (segment files, CRC-checked, or a broker;
-straight into Python, without a detour through Spark's rows):
+The plan the worker runs (``app.stream(...)...count(name)`` lowered into stages, see
+``streamkit.dsl.plan``) is mapped onto Spark operations over the source topic, whose offset
+ranges the executors read through the ``streamkit`` data source's log readers (segment files,
+CRC-checked, or a broker; straight into Python, without a detour through Spark's rows):
 
 1. the source records are decoded with the topic's serializers, and the operators before the
-   grouping run on each (``dsl.runner``, the worker's own function);
+   grouping run on each (``dsl.ops.runner``, the worker's own operators);
 2. each output goes to the table partition the worker would put it in: by the hash of its
    key as the repartition topic encodes it (after a ``group_by``; key and value then make the
    repartition topic's round trip through its serializers, as in the worker), else the source
