@@ -2,7 +2,7 @@
 # `make test-matrix`: the test suite on each other supported Python, in a venv of its own
 # (.venv-X.Y) with `pip install -e '.[dev]'` and no extra, so it is also the run without the
 # spark extra. Spark tests skip there (no pyspark) and are deselected by their marker; the
-# Faust examples are left out (they need faust-streaming's own venv, tests/faust/conftest.py).
+# Faust examples are left out (they need faust-streaming's own venv, tests/support/plugin.py).
 # `make test` runs everything on the default Python.
 #
 #   scripts/test-matrix.sh [VERSION...]       default: 3.12 3.13

@@ -9,6 +9,9 @@ Tests that need an optional extra carry its marker (``spark``: everything under
 ``tests/spark/`` gets it here, other tests say ``@pytest.mark.spark``); where the extra is not
 installed they are skipped with the reason, so a plain ``pip install -e '.[dev]'`` runs the
 rest of the suite.
+
+The fixtures every directory shares (``broker``, ``log_url``, ``data_dir``, ...) are in the
+plugin ``tests/support/plugin.py``, registered here.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from streamkit.log.manager import LogManager
 START_MS = 1_700_000_000_000  # a plausible "now" in ms, far from 0 so retention math is real
 
 OpenLog = Callable[..., LogManager]
+
+pytest_plugins = ["tests.support.plugin"]
 
 TESTS = Path(__file__).resolve().parent
 # Each optional extra of pyproject.toml: the modules its tests import, and the directory whose
@@ -77,11 +82,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock(START_MS)
-
-
-@pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
-    return tmp_path / "data"
 
 
 @pytest.fixture

@@ -30,7 +30,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -39,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from tests.support.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -194,16 +195,10 @@ def _stop_all(session: Session) -> list[str]:
     return problems
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _localize(block: str, tmp_path: Path) -> str:
     """The block with its ports replaced by free ones and /tmp/ by a directory of the test."""
     for port in sorted(set(_PORT.findall(block)), key=len, reverse=True):
-        block = re.sub(rf"(?<![\d.]){port}(?!\d)", str(_free_port()), block)
+        block = re.sub(rf"(?<![\d.]){port}(?!\d)", str(free_port()), block)
     scratch = tmp_path / "tmp"
     scratch.mkdir(exist_ok=True)
     return _TMP_PATH.sub(f"{scratch}/", block)

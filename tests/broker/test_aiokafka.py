@@ -11,7 +11,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import TopicAlreadyExistsError
-from broker_helpers import BrokerProcess
+
+from tests.support.broker import BrokerProcess
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -11,7 +11,6 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.protocol.metadata import MetadataRequest_v1
 from aiokafka.protocol.produce import ProduceRequest_v7
-from broker_helpers import BrokerProcess, WireClient
 
 from streamkit._core.types import TopicPartition
 from streamkit.log.config import TopicConfig
@@ -19,6 +18,7 @@ from streamkit.log.partition import Partition
 from streamkit.log.records import NewRecord, build_batch
 from streamkit.log.server import Broker, BrokerConfig
 from streamkit.log.server.group_sync import GroupSync
+from tests.support.broker import BrokerProcess, WireClient
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -47,8 +47,9 @@ from aiokafka.protocol.transaction import (
     TxnOffsetCommitRequest_v0,
 )
 from aiokafka.protocol.types import Array, Boolean, Bytes, Int8, Int16, Int32, Int64, Schema, String
-from broker_helpers import BrokerProcess
 from test_protocol import batch
+
+from tests.support.broker import BrokerProcess
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -32,11 +32,11 @@ from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 from aiokafka.errors import InconsistentGroupProtocolError
-from broker_helpers import BrokerProcess
 
 from streamkit._core.types import TopicPartition
 from streamkit.transport.kafka import KafkaConsumer
 from streamkit.transport.placement import MemberInfo
+from tests.support.broker import BrokerProcess
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -9,12 +9,13 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka import TopicPartition as AioTopicPartition
 from aiokafka.structs import OffsetAndMetadata as AioOffsetAndMetadata
-from broker_helpers import BrokerProcess
 from confluent_kafka import Consumer as ConfluentConsumer
 from confluent_kafka import TopicPartition as ConfluentTopicPartition
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 from kafka.structs import OffsetAndMetadata as KpOffsetAndMetadata
+
+from tests.support.broker import BrokerProcess
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -8,11 +8,11 @@ import subprocess
 import time
 
 import pytest
-from broker_helpers import BrokerProcess
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from streamkit.log.manager import LogManager
 from streamkit.log.records import iter_batches
+from tests.support.broker import BrokerProcess
 
 pytestmark = pytest.mark.timeout(120)
 

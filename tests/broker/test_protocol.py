@@ -25,9 +25,9 @@ from aiokafka.protocol.metadata import MetadataRequest_v1, MetadataRequest_v5
 from aiokafka.protocol.offset import OffsetRequest_v1
 from aiokafka.protocol.produce import ProduceRequest_v3, ProduceRequest_v7
 from aiokafka.protocol.transaction import InitProducerIdRequest_v0
-from broker_helpers import STREAMKIT, BrokerProcess, WireClient
 
 from streamkit.log.records import NewRecord, build_batch, iter_batches
+from tests.support.broker import STREAMKIT, BrokerProcess, WireClient
 
 pytestmark = pytest.mark.timeout(60)
 

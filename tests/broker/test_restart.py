@@ -10,8 +10,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.protocol.transaction import InitProducerIdRequest_v0
 from aiokafka.structs import OffsetAndMetadata
-from broker_helpers import BrokerProcess, WireClient
 from test_protocol import batch, latest_offset, produce
+
+from tests.support.broker import BrokerProcess, WireClient
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -9,9 +9,10 @@ import time
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, ProducerFenced
-from broker_helpers import BrokerProcess
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as ConfluentTopicPartition
+
+from tests.support.broker import BrokerProcess
 
 pytestmark = pytest.mark.timeout(120)
 

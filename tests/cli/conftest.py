@@ -19,11 +19,6 @@ Run = Callable[..., Result]
 
 
 @pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
-    return tmp_path / "data"
-
-
-@pytest.fixture
 def run(data_dir: Path) -> Run:
     """``run("topics", "list", input=b"...")``: the command in-process, ``--data-dir`` preset.
 

@@ -12,12 +12,9 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,19 +25,10 @@ from streamkit.cli.main import cli
 from streamkit.log.manager import OWNER_FILE, LogManager
 from streamkit.log.records import NewRecord
 from streamkit.transport.kafka_tools import FetchOutOfRangeError, KafkaTools, TopicNotFoundError
-from tests.worker_process import interruptible
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "broker"))
-from broker_helpers import STREAMKIT, BrokerProcess
+from tests.support.broker import STREAMKIT, BrokerProcess
+from tests.support.processes import free_port, interruptible
 
 _CLEAN_ENV = {"STREAMKIT_DATA_DIR": None, "STREAMKIT_BOOTSTRAP": None}
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(tmp_path_factory.mktemp("cli-broker") / "data").start(same_port=False)
-    yield proc
-    assert proc.stop() == 0, proc.stderr()
 
 
 def sk(*args: str, input: str | bytes | None = None, env: dict[str, str | None] | None = None) -> Result:
@@ -71,12 +59,6 @@ def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
             return await tools.committed(group, topic)
 
     return asyncio.run(read())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_topics_create_list_describe_delete(broker: BrokerProcess) -> None:

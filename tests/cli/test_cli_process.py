@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from streamkit.log.manager import LogManager
-from tests.worker_process import interruptible
+from tests.support.processes import interruptible
 
 STREAMKIT = Path(sys.executable).parent / "streamkit"  # the console script of this venv
 

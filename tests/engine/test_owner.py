@@ -25,7 +25,7 @@ from test_transports import read_all
 import streamkit as sk
 from streamkit.log.manager import directory_owner
 from streamkit.transport.connect import open_log_client
-from tests.worker_process import drain, wait_for_line
+from tests.support.processes import drain, free_port, wait_for_line
 
 ROOT = Path(__file__).resolve().parents[2]
 SERDE = sk.App("x").topic("x", value_type=dict).value_serde
@@ -108,14 +108,6 @@ def health(port: int) -> tuple[int, dict[str, object]]:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def test_tools_reach_a_running_workers_log(tmp_path: Path) -> None:

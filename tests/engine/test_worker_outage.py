@@ -25,10 +25,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from broker_helpers import BrokerProcess
 
 import streamkit as sk
 from streamkit.runtime.worker import Worker
+from tests.support.broker import BrokerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 SHUTDOWN_TIMEOUT_S = 5.0

@@ -26,11 +26,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from broker_helpers import BrokerProcess
 
 from tests.eos.eos_log import check_exactly_once, committed, outputs, produce, reference
+from tests.support.broker import BrokerProcess, assert_stops_cleanly
+from tests.support.processes import drain, wait_for_line
 from tests.tables.counting_log import local_offsets, local_table
-from tests.worker_process import drain, wait_for_line
 
 HERE = Path(__file__).resolve().parent
 STREAMKIT = str(Path(sys.executable).parent / "streamkit")
@@ -53,7 +53,7 @@ def _start(tmp: Path, env: dict[str, str], guarantee: str) -> subprocess.Popen[s
 @pytest.fixture(params=["embedded", "broker"])
 def chaos_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """The log of one chaos run: a directory, or a ``streamkit broker`` of its own (the app's
-    topics and group start empty for each test)."""
+    topics and group start empty for each test); the broker must stop cleanly."""
     if request.param == "embedded":
         yield f"file://{tmp_path / 'log'}"
         return
@@ -61,7 +61,7 @@ def chaos_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     try:
         yield f"kafka://{proc.bootstrap}"
     finally:
-        proc.stop()
+        assert_stops_cleanly(proc)
 
 
 async def _chaos(

@@ -26,7 +26,7 @@ from tests.eos.eos_log import (
     produce,
     reference,
 )
-from tests.worker_process import wait_for_line
+from tests.support.processes import wait_for_line
 
 HERE = Path(__file__).resolve().parent
 STREAMKIT = str(Path(sys.executable).parent / "streamkit")

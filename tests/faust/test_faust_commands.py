@@ -14,7 +14,7 @@ import pytest
 
 import streamkit as faust
 from streamkit.cli import argument, option
-from tests.worker_process import interruptible
+from tests.support.processes import interruptible
 
 APP = '''
 import asyncio

@@ -33,7 +33,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tarfile
@@ -53,7 +52,7 @@ import pytest
 import streamkit as faust
 from streamkit._core.types import TopicPartition
 from streamkit.transport.connect import open_log_client
-from tests.worker_process import interruptible
+from tests.support.processes import free_port, interruptible
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUIREMENTS = ROOT / "benchmarks" / "requirements-faust.txt"
@@ -439,9 +438,7 @@ def test_examples_that_cannot_be_had_fail_in_one_line(tmp_path: Path, monkeypatc
         assert "does not match the index's sha256" in _fetch_fails(tmp_path, monkeypatch, index.url)
     with _Index(SDIST, failing=True) as index:
         assert "HTTP Error 500" in _fetch_fails(tmp_path, monkeypatch, index.url)
-    with socket.socket() as closed:  # a loopback port nobody listens on
-        closed.bind(("127.0.0.1", 0))
-        port = closed.getsockname()[1]
+    port = free_port()  # a loopback port nobody listens on
     assert "Connection refused" in _fetch_fails(tmp_path, monkeypatch, f"http://127.0.0.1:{port}/simple")
 
 

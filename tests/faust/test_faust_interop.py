@@ -1,10 +1,10 @@
 """A faust-streaming app and a streamkit app read each other's records and ``str`` values
 through ``streamkit broker``.
 
-faust-streaming 0.15 runs as a worker subprocess (``faust_side.py``, in its own venv, see
-conftest.py). Streamkit writes an ``Order`` record and a ``str`` value with keys; faust reads
-them and notes what it decoded in a file; faust writes its own and streamkit's agents read
-them. Each side's reads are waited for (bounded), never slept on.
+faust-streaming 0.15 runs as a worker subprocess (``faust_side.py``, in its own venv: the
+``faust_python`` fixture of tests/support/plugin.py). Streamkit writes an ``Order`` record and
+a ``str`` value with keys; faust reads them and notes what it decoded in a file; faust writes
+its own and streamkit's agents read them. Each side's reads are waited for (bounded), never slept on.
 """
 
 from __future__ import annotations

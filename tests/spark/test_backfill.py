@@ -213,7 +213,7 @@ def test_the_backfill_command_through_a_broker_before_any_worker_ran(tmp_path: P
     from streamkit._core.partitioner import partition_for_key
     from streamkit.log.records import NewRecord
     from streamkit.transport.kafka_tools import KafkaTools
-    from tests.broker.broker_helpers import BrokerProcess
+    from tests.support.broker import BrokerProcess
 
     broker = BrokerProcess(tmp_path / "owned").start(same_port=False)
     try:

@@ -16,7 +16,7 @@ from streamkit.log.records import NewRecord
 from streamkit.spark import logs
 from streamkit.spark.columns import column_batches
 from streamkit.spark.logs import BrokerLog, FileLog
-from tests.broker.broker_helpers import BrokerProcess
+from tests.support.broker import BrokerProcess
 
 
 def read(spark: Any, data_dir: Path, topic: str, **options: str) -> Any:

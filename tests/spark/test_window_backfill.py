@@ -199,7 +199,7 @@ def test_a_backfill_over_the_kafka_protocol(spark: Any, tmp_path: Path, monkeypa
     from streamkit.spark.backfill import backfill
     from streamkit.spark.logs import BrokerLog
     from streamkit.transport.kafka_tools import KafkaTools
-    from tests.broker.broker_helpers import BrokerProcess
+    from tests.support.broker import BrokerProcess
 
     broker = BrokerProcess(tmp_path / "owned", "--default-partitions", "2").start(same_port=False)
     try:

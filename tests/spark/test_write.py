@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ from conftest import log_records
 from streamkit._core.partitioner import partition_for_key
 from streamkit.log.manager import LogManager
 from streamkit.transport.kafka_tools import KafkaTools
-from tests.broker.broker_helpers import BrokerProcess
+from tests.support.broker import BrokerProcess
 
 
 def _save(df: Any, topic: str, **options: str) -> None:
@@ -71,11 +70,9 @@ def test_write_strings_partitions_and_null_keys(spark: Any, tmp_path: Path) -> N
     assert all(any(r.key is None for r in recs) for recs in written.values())  # spread out
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(tmp_path / "owned", "--default-partitions", "2").start(same_port=False)
-    yield proc
-    assert proc.stop() == 0, proc.stderr()
+@pytest.fixture(scope="module")
+def broker_args() -> tuple[str, ...]:
+    return ("--default-partitions", "2")  # the module's ``broker`` (tests/support/plugin.py)
 
 
 def test_write_through_the_owner_and_over_the_wire(spark: Any, broker: BrokerProcess) -> None:

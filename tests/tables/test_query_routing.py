@@ -10,18 +10,16 @@ import asyncio
 import json
 import os
 import signal
-import sys
 from pathlib import Path
 
 from streamkit._core.partitioner import partition_for_key
+from tests.support.broker import BrokerProcess
 from tests.tables.counting_log import produce
 from tests.tables.test_table_failover import WorkerProc, _get, _until
 from tests.tables.untyped_app import PARTITIONS
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE.parent / "broker"))
-from broker_helpers import BrokerProcess  # noqa: E402
 
 
 def _home(key: object) -> int:

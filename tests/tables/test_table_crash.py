@@ -22,8 +22,8 @@ import pytest
 
 from streamkit._core.types import TopicPartition
 from streamkit.transport.connect import open_log_client
+from tests.support.processes import drain, wait_for_line
 from tests.tables.counting_log import PARTITIONS, committed, local_offsets, local_table, produce
-from tests.worker_process import drain, wait_for_line
 
 HERE = Path(__file__).resolve().parent
 STREAMKIT = str(Path(sys.executable).parent / "streamkit")

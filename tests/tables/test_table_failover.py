@@ -21,11 +21,10 @@ from typing import Any
 import pytest
 
 from streamkit._core.partitioner import partition_for_key
+from tests.support.broker import BrokerProcess
 from tests.tables.counting_log import PARTITIONS, committed, produce
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "broker"))
-from broker_helpers import BrokerProcess  # noqa: E402
 
 STREAMKIT = str(Path(sys.executable).parent / "streamkit")
 KEYS = [f"k{i}" for i in range(60)]

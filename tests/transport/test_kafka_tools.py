@@ -11,7 +11,6 @@ waits for its metadata to show the partition or says in one line which partition
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import pytest
 
@@ -20,18 +19,11 @@ from streamkit.log.records import NewRecord
 from streamkit.transport.base import TransportError
 from streamkit.transport.kafka import KafkaLogClient
 from streamkit.transport.kafka_tools import KafkaTools, PartitionNotFoundError, TopicNotFoundError
-from tests.broker.broker_helpers import BrokerProcess
+from tests.support.broker import BrokerProcess
 
 RECORDS = [NewRecord(b"k", b"v", 1_700_000_000_000, ())]
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    # One partition by default, as ``streamkit broker`` starts: an auto-created topic has 1.
-    proc = BrokerProcess(tmp_path_factory.mktemp("race") / "data").start(same_port=False)
-    yield proc
-    assert proc.stop() == 0, proc.stderr()
-    assert "Traceback" not in proc.stderr(), proc.stderr()
+# ``broker`` (tests/support/plugin.py) runs with ``streamkit broker``'s defaults: one partition
+# by default, so an auto-created topic has 1.
 
 
 def test_a_lookup_creates_nothing_and_a_new_topic_takes_writes_at_once(broker: BrokerProcess) -> None:

@@ -31,11 +31,7 @@ from streamkit.tables.partition import SortedPartition
 from streamkit.testing import AppDriver
 from streamkit.web import WebServer
 from streamkit.windows import Tumbling
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "broker"))
-from broker_helpers import BrokerProcess
-
-from tests.faust.conftest import faust_python as faust_python_fixture  # noqa: F401  (registers it)
+from tests.support.broker import BrokerProcess
 
 HERE = Path(__file__).resolve().parent
 STREAMKIT = str(Path(sys.executable).parent / "streamkit")
@@ -412,7 +408,7 @@ print(json.dumps(out))
 """
 
 
-def test_window_ranges_and_reads_pick_the_windows_faust_streaming_picks(faust_python_fixture: Path) -> None:  # noqa: F811
+def test_window_ranges_and_reads_pick_the_windows_faust_streaming_picks(faust_python: Path) -> None:
     """Faust's own window classes name the windows of a timestamp, its ``current``,
     ``earliest`` (``now()``) and ``delta`` windows; ours must name the same ones."""
     import random
@@ -423,7 +419,7 @@ def test_window_ranges_and_reads_pick_the_windows_faust_streaming_picks(faust_py
         for _ in range(20):
             cases.append((size, step, round(rng.uniform(size, 10**9), 3), rng.choice([0, step, 3 * size])))
     run = subprocess.run(
-        [str(faust_python_fixture), "-c", FAUST_WINDOWS], input=json.dumps(cases), capture_output=True, text=True, check=True
+        [str(faust_python), "-c", FAUST_WINDOWS], input=json.dumps(cases), capture_output=True, text=True, check=True
     )
     faust = json.loads(run.stdout)
     app = sk.App("fw-faust-math")

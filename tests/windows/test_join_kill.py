@@ -40,6 +40,7 @@ from test_join_model import model_join
 
 from streamkit._core.types import TopicPartition
 from streamkit.transport.connect import open_log_client
+from tests.support.processes import finish, wait_until_assigned
 
 HERE = Path(__file__).resolve().parent
 STREAMKIT = str(Path(sys.executable).parent / "streamkit")
@@ -120,39 +121,12 @@ def start_worker(tmp: Path, env: dict[str, str], guarantee: str) -> subprocess.P
     )
 
 
-async def wait_until_assigned(proc: subprocess.Popen[str]) -> None:
-    """Until the worker logs its assignment: it owns the log then, so the test's clients
-    reach it through the worker instead of opening (and locking) the directory."""
-    assert proc.stderr is not None
-    seen: list[str] = []
-    while not any("assigned " in line for line in seen[-1:]):
-        line = await asyncio.wait_for(asyncio.to_thread(proc.stderr.readline), TIMEOUT_S)
-        if not line:
-            raise AssertionError(f"the worker exited ({proc.wait()}) before its assignment:\n{''.join(seen)[-3000:]}")
-        seen.append(line)
-
-
 async def wait_for_commit(url: str, proc: subprocess.Popen[str], offset: int) -> None:
     deadline = time.monotonic() + TIMEOUT_S
     while await committed(url) < offset:
         assert proc.poll() is None, f"the worker exited ({proc.returncode}) before committing offset {offset}"
         assert time.monotonic() < deadline, f"offset {offset} not committed in {TIMEOUT_S} s"
         await asyncio.sleep(0.02)
-
-
-def finish(proc: subprocess.Popen[str], sig: signal.Signals) -> None:
-    proc.send_signal(sig)
-    try:
-        code = proc.wait(timeout=TIMEOUT_S)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.stderr is not None
-    rest = proc.stderr.read()
-    proc.stderr.close()
-    if sig == signal.SIGTERM:
-        assert code == 0, rest[-3000:]
 
 
 async def run_with_kills(records: Input, cuts: tuple[int, int], guarantee: str, rng: random.Random) -> dict[str, Any]:
@@ -171,16 +145,16 @@ async def run_with_kills(records: Input, cuts: tuple[int, int], guarantee: str, 
         for hi in (*cuts, len(records)):
             proc = start_worker(tmp, env, guarantee)
             try:
-                await wait_until_assigned(proc)
+                await wait_until_assigned(proc, TIMEOUT_S)
                 # Through the running worker, a few records per fetch: it processes and commits
                 # as they come, so a kill finds a transaction open over the latest ones.
                 await produce(url, records[lo:hi], lo, PAUSE_S)
                 if hi < len(records):
                     await asyncio.sleep(rng.uniform(0.0, 0.1))  # a random moment, not a condition
-                    finish(proc, signal.SIGKILL)
+                    finish(proc, signal.SIGKILL, TIMEOUT_S)
                 else:
                     await wait_for_commit(url, proc, len(records))
-                    finish(proc, signal.SIGTERM)
+                    finish(proc, signal.SIGTERM, TIMEOUT_S)
             finally:
                 if proc.poll() is None:
                     proc.kill()

@@ -39,6 +39,7 @@ from streamkit._core.types import TopicPartition
 from streamkit.testing import AppDriver
 from streamkit.transport.connect import open_log_client
 from streamkit.windows import Hopping, Session, Sliding, Tumbling
+from tests.support.processes import finish, wait_until_assigned
 
 HERE = Path(__file__).resolve().parent
 STREAMKIT = str(Path(sys.executable).parent / "streamkit")
@@ -138,18 +139,6 @@ def start_worker(tmp: Path, env: dict[str, str]) -> subprocess.Popen[str]:
     )
 
 
-async def wait_until_assigned(proc: subprocess.Popen[str]) -> None:
-    """Until the worker logs its assignment: it owns the log then, so the test's own clients
-    reach it through the worker instead of opening (and locking) the directory."""
-    assert proc.stderr is not None
-    seen: list[str] = []
-    while not any("assigned " in line for line in seen[-1:]):
-        line = await asyncio.wait_for(asyncio.to_thread(proc.stderr.readline), TIMEOUT_S)
-        if not line:
-            raise AssertionError(f"the worker exited ({proc.wait()}) before its assignment:\n{''.join(seen)[-3000:]}")
-        seen.append(line)
-
-
 async def wait_for(condition: Any, proc: subprocess.Popen[str], what: str) -> None:
     deadline = time.monotonic() + TIMEOUT_S
     while not await condition():
@@ -161,37 +150,25 @@ async def wait_for(condition: Any, proc: subprocess.Popen[str], what: str) -> No
         await asyncio.sleep(0.05)
 
 
-def stop(proc: subprocess.Popen[str], sig: signal.Signals) -> None:
-    proc.send_signal(sig)
-    try:
-        code = proc.wait(timeout=TIMEOUT_S)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    if sig == signal.SIGTERM:
-        assert proc.stderr is not None
-        assert code == 0, proc.stderr.read()[-3000:]
-
-
 async def run_with_restart(records: Input, cut: int, kill: bool, rng: random.Random) -> dict[str, Any]:
     """Run the worker over ``records``, stopped after ``cut`` of them; what it wrote."""
     with tempfile.TemporaryDirectory(prefix="windows-restart-") as tmp_name:
         tmp = Path(tmp_name)
         url = f"file://{tmp / 'log'}"
-        env = {**os.environ, "WRESTART_BROKER": url, "PYTHONPATH": str(HERE)}
+        # The repository too: the worker imports this module, and this module tests.support.
+        env = {**os.environ, "WRESTART_BROKER": url, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parents[1])])}
         await produce(url, records[:cut], 0)
         proc = start_worker(tmp, env)
         try:
-            await wait_until_assigned(proc)
+            await wait_until_assigned(proc, TIMEOUT_S)
             if kill:
                 # A random moment of the first run, not a condition: sometimes before the
                 # worker read anything, sometimes past some commits, sometimes between two.
                 await asyncio.sleep(rng.uniform(0.0, 1.5))
-                stop(proc, signal.SIGKILL)
+                finish(proc, signal.SIGKILL, TIMEOUT_S)
             else:
                 await wait_for(lambda: caught_up(url), proc, "the first part processed")
-                stop(proc, signal.SIGTERM)
+                finish(proc, signal.SIGTERM, TIMEOUT_S)
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -199,9 +176,9 @@ async def run_with_restart(records: Input, cut: int, kill: bool, rng: random.Ran
         await produce(url, records[cut:], cut)
         proc = start_worker(tmp, env)
         try:
-            await wait_until_assigned(proc)
+            await wait_until_assigned(proc, TIMEOUT_S)
             await wait_for(lambda: caught_up(url), proc, "the whole input processed")
-            stop(proc, signal.SIGTERM)
+            finish(proc, signal.SIGTERM, TIMEOUT_S)
         finally:
             if proc.poll() is None:
                 proc.kill()

@@ -1,9 +1,10 @@
-"""Helpers for the broker tests: a broker subprocess and a raw wire client.
+"""A ``streamkit broker`` subprocess and a raw wire client, for every test that needs a broker.
 
 ``BrokerProcess`` runs ``streamkit broker --port 0`` (the installed console script, as users do) (or a fixed port, to
 restart on the same one), waits for its "listening on HOST:PORT" line and stops it with
 SIGTERM (SIGKILL if it does not exit in time). Its stderr goes to a file that is shown when
-a test fails, so a broker-side traceback is never lost.
+a test fails, so a broker-side traceback is never lost. ``assert_stops_cleanly`` is the check
+every broker fixture makes at teardown: SIGTERM ends it with exit code 0 and no traceback.
 
 ``WireClient`` is a minimal blocking Kafka client on aiokafka's protocol structs: requests are
 encoded and responses decoded by aiokafka's classes, not by our codec, so protocol tests check
@@ -108,6 +109,12 @@ def _read_line(proc: subprocess.Popen[str], timeout_s: float) -> str | None:
     reader.join(timeout_s)
     return out[0] if out else None
 
+
+def assert_stops_cleanly(broker: BrokerProcess) -> None:
+    """Stop ``broker`` with SIGTERM: it must exit with 0 and have logged no traceback."""
+    code = broker.stop()
+    assert code == 0, f"broker exited with {code}\n{broker.stderr()}"
+    assert "Traceback" not in broker.stderr(), broker.stderr()
 
 
 _SIZE = struct.Struct(">i")

@@ -1,0 +1,135 @@
+"""The pytest plugin of the fixtures every test directory may use (``tests/conftest.py`` registers it).
+
+``broker`` is a real ``streamkit broker`` process shared by the tests of one module, on a free
+loopback port; a conftest or a test module that needs other broker options overrides
+``broker_args``. ``broker_factory`` makes brokers a test starts, stops and restarts itself.
+Every broker a fixture started must stop cleanly at teardown: SIGTERM ends it with exit code
+0 (and, for ``broker``, no traceback in its stderr), so a broker that crashed, hung or logged
+a traceback behind a passing test fails it. When a test that uses ``broker`` fails, the broker's stderr is attached to its
+report.
+
+``log_url`` runs a test twice: on the embedded log (``file://<tmp>``) and on the module's
+broker (``kafka://127.0.0.1:<port>``). ``data_dir`` is a data directory not created yet.
+``faust_python`` is a python with faust-streaming (see its docstring).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from collections.abc import Generator, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.broker import BrokerProcess, assert_stops_cleanly
+
+ROOT = Path(__file__).resolve().parents[2]
+FAUST_VENV = ROOT / "benchmarks" / ".data" / "venv-faust"
+FAUST_REQUIREMENTS = ROOT / "benchmarks" / "requirements-faust.txt"
+FAUST_INSTALL_TIMEOUT_S = 200.0  # under the tests' 300 s
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+@pytest.fixture(scope="module")
+def broker_args() -> tuple[str, ...]:
+    """The ``streamkit broker`` options of the module's ``broker`` (override it to change them)."""
+    return ()
+
+
+@pytest.fixture(scope="module")
+def broker(broker_args: tuple[str, ...], tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    proc = BrokerProcess(tmp_path_factory.mktemp("broker") / "data", *broker_args).start(same_port=False)
+    yield proc
+    assert_stops_cleanly(proc)
+
+
+@pytest.fixture
+def broker_factory(tmp_path: Path) -> Iterator[type[BrokerProcess]]:
+    """``broker_factory(*args, data_dir=None)``: a ``BrokerProcess`` not started yet. A broker
+    the test left running is stopped at teardown and must exit with 0; the test checks the
+    brokers it stopped or killed itself. Only the exit code: these tests damage a broker's
+    files or feed it garbage, and its stderr holds the tracebacks of what it refused."""
+    made: list[BrokerProcess] = []
+
+    class Factory(BrokerProcess):
+        def __init__(self, *args: str, data_dir: Path | None = None) -> None:
+            super().__init__(data_dir or tmp_path / f"data{len(made)}", *args)
+            made.append(self)
+
+    yield Factory
+    try:
+        for proc in made:
+            if proc.alive():
+                code = proc.stop()
+                assert code == 0, f"broker exited with {code}\n{proc.stderr()}"
+    finally:
+        for proc in made:
+            proc.kill()
+
+
+@pytest.fixture(params=["embedded", "broker"])
+def log_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "embedded":
+        return f"file://{tmp_path / 'log'}"
+    broker: BrokerProcess = request.getfixturevalue("broker")
+    return f"kafka://{broker.bootstrap}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.failed and call.when == "call":
+        broker_proc = item.funcargs.get("broker") if hasattr(item, "funcargs") else None
+        if isinstance(broker_proc, BrokerProcess):
+            report.sections.append(("broker stderr", broker_proc.stderr()[-20000:]))
+    return report
+
+
+@pytest.fixture(scope="session")
+def faust_python() -> Path:
+    """A python with faust-streaming.
+
+    faust-streaming does not share streamkit's venv: it pins ``click<8.4`` (streamkit's venv
+    has a newer click), so it lives in the separate venv ``benchmarks/engine_bench.py`` uses,
+    ``benchmarks/.data/venv-faust``, created from ``benchmarks/requirements-faust.txt`` on
+    first use (the same stamp file, so the benchmark and these tests share one install).
+    ``STREAMKIT_FAUST_PYTHON`` names another python that has faust-streaming instead.
+    """
+    explicit = os.environ.get("STREAMKIT_FAUST_PYTHON")
+    if explicit:
+        return Path(explicit)
+    python = FAUST_VENV / "bin" / "python"
+    digest = hashlib.sha256(FAUST_REQUIREMENTS.read_bytes()).hexdigest()
+    stamp = FAUST_VENV / "requirements.sha256"
+    if python.exists() and stamp.exists() and stamp.read_text().strip() == digest:
+        return python
+    base = getattr(sys, "_base_executable", sys.executable)
+    # Wheels only: every pin has one for CPython 3.11 on Linux (about 10 s from an empty pip
+    # cache), and a pin that had none would fail here at once instead of building from source
+    # for longer than a test may take.
+    steps = [
+        [base, "-m", "venv", "--clear", str(FAUST_VENV)],
+        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--only-binary", ":all:",
+         "-r", str(FAUST_REQUIREMENTS)],
+    ]
+    for step in steps:
+        try:
+            done = subprocess.run(step, capture_output=True, text=True, timeout=FAUST_INSTALL_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            done = None  # failed below, outside the except block: one line, no exception chain
+        if done is None:
+            pytest.fail(f"installing faust-streaming into {FAUST_VENV} took over {FAUST_INSTALL_TIMEOUT_S:.0f} s", pytrace=False)
+        if done.returncode != 0:
+            why = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+            pytest.fail(f"cannot install faust-streaming into {FAUST_VENV}: {why}", pytrace=False)
+    stamp.write_text(digest + "\n")
+    return python
