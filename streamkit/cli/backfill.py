@@ -60,7 +60,9 @@ def backfill(
     app = load_app(app_ref)  # a bad -A is one line before Spark starts
     try:
         from streamkit.spark.backfill import backfill as run
-        from streamkit.spark.backfill import find_pipeline, load_job, run_job, spark_session
+        from streamkit.spark.backfill import spark_session
+        from streamkit.spark.jobs import load_job, run_job
+        from streamkit.spark.planning import find_pipeline
     except ModuleNotFoundError as exc:
         if (exc.name or "").partition(".")[0] not in SPARK_EXTRA:
             raise

@@ -12,7 +12,10 @@ options and the offset plan, ``logs`` the two ways to a log (segment files or a 
 ``arrow`` the record/Arrow conversion and ``values`` typed value columns. docs/spark.md is
 the user's guide.
 
-Owns: the modules named above, and ``backfill`` (declared tables recomputed on Spark).
+Owns: the modules named above, and the backfill (declared tables recomputed on Spark):
+``backfill`` (the driver), ``planning`` (what it runs), ``executors`` (what Spark's executors
+run), ``writes`` (what it writes to the log), ``streams`` (a table's stream and what reads
+it), ``jobs`` (hand-written jobs).
 May import: ``runtime`` and every layer below it; never ``cli``, ``web`` or ``testing``.
 """
 

@@ -130,7 +130,8 @@ def _load_orders(data_dir: Path, orders: list[tuple[str, dict[str, Any]]]) -> No
 
 
 def test_a_job_fills_a_table_as_its_pipeline_would(spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from streamkit.spark.backfill import backfill, run_job
+    from streamkit.spark.backfill import backfill
+    from streamkit.spark.jobs import run_job
 
     monkeypatch.setenv("BF_BROKER", f"file://{tmp_path / 'log'}")
     monkeypatch.syspath_prepend(str(HERE))

@@ -261,10 +261,10 @@ def test_a_record_longer_than_its_fields_is_the_record_paths_error(tmp_path: Pat
 def test_the_backfill_reads_segment_files_as_the_record_path_does(
     specs: list[dict[str, Any]], cut: tuple[float, float]
 ) -> None:
-    """The backfill's source chunks (``backfill._read_source``: columns, then Python lists)
+    """The backfill's source chunks (``executors.read_source``: columns, then Python lists)
     hold each record's key, value, offset and timestamp in ms as ``FileLog.read``'s records
     (headers, LogAppendTime, negative timestamps, ranges that cut batches)."""
-    from streamkit.spark.backfill import _read_source, _Uncounted
+    from streamkit.spark.executors import Uncounted, read_source
     from streamkit.spark.options import OffsetRange
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -276,7 +276,7 @@ def test_the_backfill_reads_segment_files_as_the_record_path_does(
                 (r.key, r.value, r.offset, r.timestamp)
                 for _t, records in read_records(FileLog(str(data_dir), TOPIC), 0, start, end) for r in records
             ]
-            chunks = list(_read_source(str(data_dir), None, TOPIC, _Uncounted(), iter([OffsetRange(0, start, end)])))
+            chunks = list(read_source(str(data_dir), None, TOPIC, Uncounted(), iter([OffsetRange(0, start, end)])))
             got = [row for p, *fields in chunks for row in zip(*fields, strict=True) if p == 0]
             assert all(p == 0 for p, *_ in chunks)
             assert got == expected

@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import log_records, make_topic
 
 from streamkit.log.reader import CorruptSegmentError, read_batches
+from tests.spark.conftest import log_records, make_topic
 
 
 def read(spark: Any, data_dir: Path, topic: str) -> Any:

@@ -7,13 +7,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import make_topic
 
 from streamkit._core.errors import ConfigError
 from streamkit.log.errors import UnknownTopicError
 from streamkit.log.reader import partition_bounds, read_batches, topic_partition_count
 from streamkit.spark.options import EARLIEST, LATEST, OffsetRange, parse_offsets, split_range
 from streamkit.spark.source import _limit
+from tests.spark.conftest import make_topic
 
 
 def test_importing_streamkit_does_not_import_spark() -> None:

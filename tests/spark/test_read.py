@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import as_tuples, expected_tuples, log_records, make_topic
 
 from streamkit.log import compression
 from streamkit.log.manager import LogManager
@@ -16,6 +15,7 @@ from streamkit.log.records import NewRecord
 from streamkit.spark import logs
 from streamkit.spark.columns import column_batches
 from streamkit.spark.logs import BrokerLog, FileLog
+from tests.spark.conftest import as_tuples, expected_tuples, log_records, make_topic
 from tests.support.broker import BrokerProcess
 
 

@@ -7,10 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from conftest import make_topic
-
 from streamkit.log.manager import LogManager
 from streamkit.log.records import NewRecord
+from tests.spark.conftest import make_topic
 
 WAIT_S = 60.0
 

@@ -238,7 +238,7 @@ def test_the_backfill_command_says_what_it_wrote_to_the_tables_stream(tmp_path: 
 def test_a_jobs_table_reaches_the_topic_after_its_stream(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from streamkit.spark.backfill import run_job
+    from streamkit.spark.jobs import run_job
 
     history = tmp_path / "history"
     _module(monkeypatch, history)

@@ -171,7 +171,7 @@ def test_a_second_backfill_replaces_the_first(
     from streamkit.spark.backfill import backfill
 
     if scan == "spark":
-        monkeypatch.setattr(importlib.import_module("streamkit.spark.backfill"), "DRIVER_SCAN", 0)
+        monkeypatch.setattr(importlib.import_module("streamkit.spark.writes"), "DRIVER_SCAN", 0)
 
     module = _module(monkeypatch, tmp_path / "log")
     _load(tmp_path / "log", "visits", str, str, 2, [("u1", "a", BASE), ("u2", "b", BASE + 10_000)])

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import log_records
 
 from streamkit._core.partitioner import partition_for_key
 from streamkit.log.manager import LogManager
 from streamkit.transport.kafka_tools import KafkaTools
+from tests.spark.conftest import log_records
 from tests.support.broker import BrokerProcess
 
 

@@ -260,7 +260,7 @@ def test_two_topics_are_joined_in_timestamp_order_and_a_replay_gives_the_same_ou
 
 @pytest.mark.spark
 def test_the_backfill_refuses_a_table_fed_by_a_stream_join_by_name() -> None:
-    from streamkit.spark.backfill import find_pipeline
+    from streamkit.spark.planning import find_pipeline
 
     app = sk.App("nobackfill")
     a = app.topic("a", key_type=str, value_type=dict, partitions=2)
