@@ -46,8 +46,7 @@ from streamkit.log.producers import (
     last_stable_offset,
 )
 from streamkit.log.records import BatchBuilder, Record, check_batch, decode_batches, iter_batches
-from streamkit.log.server.error_codes import ErrorCode
-from streamkit.log.server.transactions import TransactionCoordinator
+from streamkit.log.txn import TransactionCoordinator, TxnErrorCode
 from streamkit.transport.base import (
     READ_COMMITTED,
     BatchAck,
@@ -389,7 +388,7 @@ class EmbeddedProducer:
             raise first
 
 
-_FENCES = (ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+_FENCES = (TxnErrorCode.INVALID_PRODUCER_EPOCH, TxnErrorCode.INVALID_PRODUCER_ID_MAPPING)
 
 
 class EmbeddedTransactionalProducer(EmbeddedProducer):
@@ -398,7 +397,7 @@ class EmbeddedTransactionalProducer(EmbeddedProducer):
     Every record sent belongs to the open transaction; ``commit_transaction`` appends what is
     buffered, adds the consumer group's offsets to the transaction and commits it: the
     coordinator writes COMMIT markers to every partition the transaction touched and applies
-    the offsets, durably decided first (``transactions.py``). Batches are appended in the
+    the offsets, durably decided first (``log/txn/coordinator.py``). Batches are appended in the
     order they were sealed, one after another, each after its partitions joined the
     transaction (one coordinator call per seal for the partitions new to it).
     """
@@ -422,7 +421,7 @@ class EmbeddedTransactionalProducer(EmbeddedProducer):
     def _fence(self) -> None:
         self._fenced = self.fenced = True
 
-    def _txn_error(self, error: ErrorCode, what: str) -> TransportError:
+    def _txn_error(self, error: TxnErrorCode, what: str) -> TransportError:
         if error in _FENCES:
             self._fence()
             return ProducerFencedError(f"{what}: the producer was fenced ({error.name})")
@@ -440,7 +439,7 @@ class EmbeddedTransactionalProducer(EmbeddedProducer):
     async def _init_id(self) -> None:
         assert self._coordinator is not None
         error, pid, epoch = await self._coordinator.init_producer_id(self.transactional_id, self.timeout_ms)
-        if error is not ErrorCode.NONE:
+        if error is not TxnErrorCode.NONE:
             raise TransportError(f"cannot start transactional producer {self.transactional_id!r}: {error.name}")
         self._producer_id, self._epoch = pid, epoch
         self._sequences.clear()
@@ -501,7 +500,7 @@ class EmbeddedTransactionalProducer(EmbeddedProducer):
         new = [tp for tp in dict.fromkeys(tp for tp, _b in batches) if tp not in self._in_txn]
         if new:
             errors = await coordinator.add_partitions(self.transactional_id, self._producer_id, self._epoch, new)
-            bad = {tp: e for tp, e in errors.items() if e is not ErrorCode.NONE}
+            bad = {tp: e for tp, e in errors.items() if e is not TxnErrorCode.NONE}
             if bad:
                 error = self._txn_error(next(iter(bad.values())), f"cannot add {', '.join(map(str, bad))} to the transaction")
                 for _tp, batch in batches:
@@ -552,14 +551,14 @@ class EmbeddedTransactionalProducer(EmbeddedProducer):
         tid, pid, epoch = self.transactional_id, self._producer_id, self._epoch
         if offsets:
             error = await coordinator.add_offsets(tid, pid, epoch, group_id)
-            if error is ErrorCode.NONE:
+            if error is TxnErrorCode.NONE:
                 error = coordinator.txn_offset_commit(
                     tid, pid, epoch, group_id, {tp: (offset, "") for tp, offset in offsets.items()}
                 )
-            if error is not ErrorCode.NONE:
+            if error is not TxnErrorCode.NONE:
                 raise self._txn_error(error, "cannot add the offsets to the transaction")
         error = await coordinator.end_txn(tid, pid, epoch, True)
-        if error is not ErrorCode.NONE:
+        if error is not TxnErrorCode.NONE:
             raise self._txn_error(error, "the transaction did not commit")
         self._in_txn.clear()
         self.commits += 1
@@ -588,7 +587,7 @@ class EmbeddedTransactionalProducer(EmbeddedProducer):
             if error in _FENCES:
                 self._fence()
             else:
-                self._fenced = error is not ErrorCode.NONE
+                self._fenced = error is not TxnErrorCode.NONE
         self._in_txn.clear()
         self.aborts += 1
 
