@@ -141,14 +141,12 @@ class EmbeddedLogClient:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         if self._serve:
-            from streamkit.log.server.broker import Broker
-            from streamkit.log.server.config import BrokerConfig
+            # Imported here: a client that does not serve never loads the wire server (kio).
+            from streamkit.transport.serving import serve_directory
 
-            broker = Broker(
-                self.data_dir,
-                BrokerConfig(host="127.0.0.1", port=0, default_partitions=self._default_partitions),
+            broker = await serve_directory(
+                self.data_dir, host="127.0.0.1", port=0, default_partitions=self._default_partitions
             )
-            await broker.start()
             self._broker = broker
             manager = broker.log
         else:
