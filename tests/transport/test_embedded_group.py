@@ -13,7 +13,7 @@ from aiokafka.coordinator.protocol import (
 )
 
 from streamkit._core.types import TopicPartition
-from streamkit.transport.embedded import EmbeddedLogClient
+from streamkit.transport.embedded.client import EmbeddedLogClient
 from streamkit.transport.embedded_group import (
     ProtocolDataError,
     decode_assignment,
