@@ -12,6 +12,8 @@ Modules, one per role; each module's docstring states its invariants:
 * ``producer``      ``EmbeddedProducer``: records buffered per partition, appended as batches
 * ``transactional`` ``EmbeddedTransactionalProducer``: exactly-once, through ``log/txn``
 * ``consumer``      ``EmbeddedConsumer``: a consumer-group member
+* ``group``         ``GroupMembership``: the consumer's membership in a group on the served
+  broker's coordinator, beside members in other processes
 * ``reader``        ``EmbeddedReader``: reads a partition by offset (and the committed-only
   reads the consumer shares)
 

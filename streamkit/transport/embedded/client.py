@@ -122,7 +122,7 @@ class EmbeddedLogClient:
 
     def group_coordinator(self) -> GroupCoordinator | None:
         """The served broker's group coordinator, which this process's consumers join as
-        members (``embedded_group.py``); None when this process does not serve the log."""
+        members (``group.py``); None when this process does not serve the log."""
         if self._broker is None:
             return None
         coordinator: GroupCoordinator = self._broker.coordinator

@@ -1,7 +1,7 @@
 """The embedded consumer: a member of a consumer group on the embedded log.
 
 When the client serves its data directory, the consumer joins its group on the served
-broker's coordinator (``embedded_group.py``) as one more member, and holds the partitions the
+broker's coordinator (``group.py``) as one more member, and holds the partitions the
 group assigns it; otherwise it is the group's only member, assigned every partition of the
 topics it subscribes to. It commits to the log's durable group offsets. Under read_committed
 it reads only below each partition's last stable offset (``reader.py``).
@@ -20,13 +20,13 @@ from streamkit.log.partition import Partition
 from streamkit.log.producers import ProducerStates
 from streamkit.log.records import Record, decode_batches
 from streamkit.transport.base import READ_COMMITTED, RebalanceListener, TransportError
+from streamkit.transport.embedded.group import HEARTBEAT_INTERVAL_S, GroupMembership
 from streamkit.transport.embedded.reader import (
     MAX_FETCH_BYTES,
     load_producer_states,
     next_offset,
     read_committed,
 )
-from streamkit.transport.embedded_group import HEARTBEAT_INTERVAL_S, GroupMembership
 from streamkit.transport.placement import GroupInfo, MemberInfo
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ class EmbeddedConsumer:
     """A member of a consumer group on the embedded log.
 
     When this process serves the data directory, the consumer joins its group on the served
-    broker's coordinator (``embedded_group.py``), beside members in other processes, and holds
+    broker's coordinator (``group.py``), beside members in other processes, and holds
     the partitions the group assigns it. Otherwise it is the group's only member and holds
     every partition of the topics it subscribes to.
     """
