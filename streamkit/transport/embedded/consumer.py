@@ -1,10 +1,10 @@
-"""The embedded consumer: a member of a consumer group on the embedded log.
+"""The embedded consumer, ``EmbeddedConsumer``: a consumer-group member on the embedded log.
 
-When the client serves its data directory, the consumer joins its group on the served
-broker's coordinator (``group.py``) as one more member, and holds the partitions the
-group assigns it; otherwise it is the group's only member, assigned every partition of the
-topics it subscribes to. It commits to the log's durable group offsets. Under read_committed
-it reads only below each partition's last stable offset (``reader.py``).
+It commits to the log's durable group offsets; a partition newly assigned starts at its
+committed offset, else per ``auto_offset_reset``. As a member of a group on the served
+broker's coordinator (``group.py``) it heartbeats, and when the group rebalances it revokes
+everything it holds and rejoins (eager, as the Kafka driver). Under read_committed it reads
+only below each partition's last stable offset (``reader.py``).
 """
 
 from __future__ import annotations

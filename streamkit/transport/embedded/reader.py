@@ -1,10 +1,11 @@
 """The embedded partition reader, and the reads of a partition it shares with the consumer.
 
-``EmbeddedReader`` reads straight from the data directory's partitions. Under read_committed
-(``read_committed``) only records below the partition's last stable offset are returned,
-without those of aborted transactions; the producer state that says so is loaded lazily, a
-scan of batch headers off the event loop (``load_producer_states``). A read that finds only
-control batches or compacted-away records goes on past them (``next_offset``).
+``EmbeddedReader`` reads straight from the data directory's partitions. Read committed
+(``read_committed``) returns only records below the partition's last stable offset, without
+those of aborted transactions; the producer state that says which those are is loaded the
+first time it is needed, a scan of batch headers off the event loop
+(``load_producer_states``). A read that finds only control batches or compacted-away records
+goes on past them (``next_offset``).
 """
 
 from __future__ import annotations
@@ -103,6 +104,8 @@ def read_committed(
 
 
 def next_offset(data: bytes, position: int) -> int:
+    """Where a read of ``data`` from ``position`` that returned no record goes on: past its
+    last batch."""
     last = position
     for _pos, header in iter_batches(data):
         last = max(last, header.next_offset)
