@@ -15,13 +15,11 @@ May import: the log (``manager``, ``producers``, ``records``, ``errors``) and ``
 the wire server (``log/server``), whose error codes it mirrors in ``TxnErrorCode``.
 """
 
-from streamkit.log.txn.coordinator import MAX_TIMEOUT_MS, RunBlocking, TransactionCoordinator
+from streamkit.log.txn.coordinator import TransactionCoordinator
 from streamkit.log.txn.errors import TxnErrorCode
 from streamkit.log.txn.txn_log import TxnEntry, TxnLog, TxnState
 
 __all__ = [
-    "MAX_TIMEOUT_MS",
-    "RunBlocking",
     "TransactionCoordinator",
     "TxnEntry",
     "TxnErrorCode",
