@@ -59,7 +59,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from streamkit.log.manager import LogManager
 from streamkit.log.records import BatchBuilder, decode_batches, iter_batches
-from streamkit.transport.embedded import EmbeddedLogClient
+from streamkit.transport.embedded.client import EmbeddedLogClient
 
 MIB = 1024 * 1024
 TOPIC = "bench"

@@ -4,6 +4,6 @@ This package imports only ``streamkit._core``; everything above it reaches a log
 ``streamkit.transport`` (or, for the wire server, lives inside ``log/server``).
 
 Owns: segments, indexes, partitions, the log manager, compaction and retention, consumer
-groups (``groups/``), the Kafka wire-protocol server (``server/``).
+groups (``groups/``), transactions (``txn/``), the Kafka wire-protocol server (``server/``).
 May import: ``_core`` only.
 """

@@ -15,7 +15,7 @@ from streamkit.agents.stream import Event
 from streamkit.app.application import App
 from streamkit.runtime.worker import Worker
 from streamkit.topics.topic import Headers, Sent, Topic
-from streamkit.transport.embedded import EmbeddedLogClient
+from streamkit.transport.embedded.client import EmbeddedLogClient
 
 DEFAULT_START_MS = 1_700_000_000_000
 

@@ -4,8 +4,10 @@
 or any Kafka cluster through aiokafka (``kafka://host:port``). ``open_log_client(url)`` picks one.
 
 Owns: the protocols (``base``), the drivers (``embedded``, ``kafka``, ``attached``), the
-choice of driver for a URL (``connect``), group placement, Kafka admin tools.
-May import: ``log`` and ``_core``.
+choice of driver for a URL (``connect``), serving a data directory (``serving``), group
+placement, Kafka admin tools.
+May import: ``log`` and ``_core``; of the wire server (``log.server``) only its ``Broker``, and
+only in ``serving``.
 """
 
 from streamkit.transport.base import (

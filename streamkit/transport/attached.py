@@ -24,13 +24,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from typing import TYPE_CHECKING
 
 from streamkit.log.errors import DataDirLockedError
 from streamkit.log.manager import DirectoryOwner, directory_owner
-from streamkit.log.server.broker import Broker
-from streamkit.log.server.config import BrokerConfig
 from streamkit.transport.base import TransportError
 from streamkit.transport.kafka import KafkaLogClient
+from streamkit.transport.serving import serve_directory
+
+if TYPE_CHECKING:
+    from streamkit.log.server.broker import Broker
 
 logger = logging.getLogger(__name__)
 OWNER_POLL_S = 0.25
@@ -134,11 +137,10 @@ class AttachedLogClient(KafkaLogClient):
                 self.data_dir, self._owner_pid,
             )
         host, port = self._address
-        broker = Broker(
-            self.data_dir, BrokerConfig(host=host, port=port, default_partitions=self._default_partitions)
-        )
         try:
-            await broker.start()
+            broker = await serve_directory(
+                self.data_dir, host=host, port=port, default_partitions=self._default_partitions
+            )
         except DataDirLockedError as exc:
             # Another process was quicker (or a reader holds the lock): it keeps it.
             self._wait(f"{exc}: waiting for it to be free")

@@ -21,7 +21,7 @@ def open_log_client(url: str, *, owner: bool = False) -> LogClient:
     parsed = urlparse(url)
     if parsed.scheme == "file":
         from streamkit.log.manager import directory_owner
-        from streamkit.transport.embedded import EmbeddedLogClient
+        from streamkit.transport.embedded.client import EmbeddedLogClient
 
         path = (parsed.netloc + parsed.path) or ".streamkit"
         holder = directory_owner(path)

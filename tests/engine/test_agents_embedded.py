@@ -322,7 +322,7 @@ async def test_an_output_the_log_refuses_stops_the_worker_without_committing_pas
 async def test_large_outputs_are_appended_in_batches_the_log_accepts(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """3,000 records of 2 KiB sent in one go (6 MB, no turn of the event loop) are split
     into batches under the log's max.message.bytes (1 MiB), not refused as one batch."""
-    from streamkit.transport.embedded import EmbeddedLogClient
+    from streamkit.transport.embedded.client import EmbeddedLogClient
 
     client = EmbeddedLogClient(str(tmp_path / "log"))
     await client.start()

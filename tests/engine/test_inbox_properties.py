@@ -193,7 +193,7 @@ async def _run_rounds(data_dir: str, plan: list[Round]) -> None:
                 assert loop.time() < deadline, "records not processed in time"
                 await asyncio.sleep(0.005)
         # The revocation commit is exact: up to the first unfinished record, no further.
-        from streamkit.transport.embedded import EmbeddedLogClient
+        from streamkit.transport.embedded.client import EmbeddedLogClient
 
         client = EmbeddedLogClient(data_dir)
         await client.start()

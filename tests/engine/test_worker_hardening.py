@@ -22,7 +22,8 @@ from streamkit.runtime import tasks as runtime_tasks
 from streamkit.runtime.tasks import AgentFailedError
 from streamkit.runtime.worker import Worker
 from streamkit.testing import AppDriver
-from streamkit.transport.embedded import EmbeddedConsumer, EmbeddedLogClient
+from streamkit.transport.embedded.client import EmbeddedLogClient
+from streamkit.transport.embedded.consumer import EmbeddedConsumer
 from streamkit.web import WebServer
 
 ROOT = Path(__file__).resolve().parents[2]

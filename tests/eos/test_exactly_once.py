@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 
 from streamkit.runtime.worker import Worker
-from streamkit.transport.embedded import EmbeddedLogClient
+from streamkit.transport.embedded.client import EmbeddedLogClient
 from streamkit.web.server import WebServer
 from tests.eos import eos_app
 from tests.eos.eos_log import outputs, produce, reference

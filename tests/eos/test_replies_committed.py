@@ -11,7 +11,7 @@ import pytest
 import streamkit as sk
 from streamkit.agents.replies import encode_response
 from streamkit.runtime.replies import ReplyConsumer
-from streamkit.transport.embedded import EmbeddedLogClient
+from streamkit.transport.embedded.client import EmbeddedLogClient
 
 
 @pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])

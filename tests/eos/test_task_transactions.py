@@ -14,7 +14,7 @@ import streamkit as sk
 from streamkit._core.types import TopicPartition
 from streamkit.runtime.worker import Worker
 from streamkit.transport.base import READ_COMMITTED
-from streamkit.transport.embedded import EmbeddedLogClient
+from streamkit.transport.embedded.client import EmbeddedLogClient
 
 
 async def _settled(worker: Worker, timeout: float = 60.0) -> None:

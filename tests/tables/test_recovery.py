@@ -11,7 +11,7 @@ import streamkit as sk
 from streamkit._core.partitioner import partition_for_key
 from streamkit.tables.store import RocksStore
 from streamkit.testing import AppDriver
-from streamkit.transport.embedded import EmbeddedLogClient
+from streamkit.transport.embedded.client import EmbeddedLogClient
 from tests.tables import counting_app as capp
 
 

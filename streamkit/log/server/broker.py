@@ -36,7 +36,7 @@ from streamkit.log.server.dispatch import Dispatcher
 from streamkit.log.server.group_sync import GroupSync
 from streamkit.log.server.notifier import AppendNotifier
 from streamkit.log.server.state import BrokerState, load_cluster_id
-from streamkit.log.server.transactions import TransactionCoordinator
+from streamkit.log.txn.coordinator import TransactionCoordinator
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,10 @@
-"""Kafka error codes: the only place in streamkit that knows their numbers.
+"""Kafka error codes: the wire server's enum of their numbers.
 
 ``code_for`` maps the log's exceptions to the code a client expects; handlers use the named
-constants for everything else. Numbers from apache/kafka ``Errors.java``.
+constants for everything else. Numbers from apache/kafka ``Errors.java``. The coordinators
+below the wire server answer with their own enums of the codes they use, with Kafka's names
+and numbers (``log/groups/errors.py``: ``GroupErrorCode``, ``log/txn/errors.py``:
+``TxnErrorCode``); ``txn_code`` turns the transaction coordinator's into this enum's member.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from streamkit.log.errors import (
     UnknownTopicError,
     UnsupportedCompressionError,
 )
+from streamkit.log.txn.errors import TxnErrorCode
 
 
 class ErrorCode(IntEnum):
@@ -92,3 +96,9 @@ def code_for(exc: LogError) -> ErrorCode:
     if isinstance(exc, InvalidTopicError):
         return ErrorCode.INVALID_TOPIC_EXCEPTION
     return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+def txn_code(code: TxnErrorCode) -> ErrorCode:
+    """The wire's member for a transaction coordinator's answer: the same number (compare
+    members of one enum: ``is`` between the two enums' members is always false)."""
+    return ErrorCode(code.value)

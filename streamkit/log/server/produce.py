@@ -30,7 +30,7 @@ from streamkit.log.producers import (
 )
 from streamkit.log.records import BATCH_OVERHEAD, check_batch, parse_header
 from streamkit.log.server.codec import RequestHeader
-from streamkit.log.server.error_codes import ErrorCode, code_for
+from streamkit.log.server.error_codes import ErrorCode, code_for, txn_code
 from streamkit.log.server.frames import ProducePartitionView, ProduceRequestView
 from streamkit.log.server.messages import (
     InitProducerIdRequest,
@@ -128,7 +128,7 @@ async def _produce_partition(
             return _error(index, ErrorCode.INVALID_TXN_STATE, "transactions are not enabled")
         refusal = txn.check_produce(request.transactional_id, batch, partition.tp)
         if refusal is not None:
-            return _error(index, refusal, f"transactional batch refused for {request.transactional_id!r}")
+            return _error(index, txn_code(refusal), f"transactional batch refused for {request.transactional_id!r}")
     try:
         if partition.config.flush_messages or state.group_sync is not None:
             result: AppendResult = await state.run_blocking(
@@ -171,6 +171,6 @@ async def init_producer_id(
         error, producer_id, epoch = await txn.init_producer_id(
             request.transactional_id, request.transaction_timeout_ms
         )
-        return InitProducerIdResponse(error_code=error, producer_id=producer_id, producer_epoch=epoch)
+        return InitProducerIdResponse(error_code=txn_code(error), producer_id=producer_id, producer_epoch=epoch)
     producer_id = await state.run_blocking(state.producer_ids.allocate)
     return InitProducerIdResponse(producer_id=producer_id, producer_epoch=0)

@@ -20,7 +20,7 @@ from streamkit.log.producers import ProducerIdAllocator, ProducerStates
 from streamkit.log.server.config import BrokerConfig
 from streamkit.log.server.group_sync import GroupSync
 from streamkit.log.server.notifier import AppendNotifier
-from streamkit.log.server.transactions import TransactionCoordinator
+from streamkit.log.txn.coordinator import TransactionCoordinator
 
 T = TypeVar("T")
 

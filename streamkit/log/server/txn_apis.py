@@ -1,4 +1,5 @@
-"""Transaction requests, translated to and from ``TransactionCoordinator`` calls.
+"""Transaction requests, translated to and from ``TransactionCoordinator`` calls
+(``log/txn``), whose ``TxnErrorCode`` answers ``txn_code`` turns into ``ErrorCode`` members.
 
 AddPartitionsToTxn v0-1, AddOffsetsToTxn v0-1, EndTxn v0-1 and TxnOffsetCommit v0-2 (the
 group-coordinator side of ``send_offsets_to_transaction``). InitProducerId with a
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from streamkit._core.types import TopicPartition
 from streamkit.log.server.codec import RequestHeader
-from streamkit.log.server.error_codes import ErrorCode
+from streamkit.log.server.error_codes import txn_code
 from streamkit.log.server.messages import (
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
@@ -25,7 +26,7 @@ from streamkit.log.server.messages import (
     TxnOffsetCommitResponseTopic,
 )
 from streamkit.log.server.state import BrokerState
-from streamkit.log.server.transactions import TransactionCoordinator
+from streamkit.log.txn.coordinator import TransactionCoordinator
 
 
 def _coordinator(state: BrokerState) -> TransactionCoordinator:
@@ -47,7 +48,7 @@ async def add_partitions_to_txn(
     by_topic: dict[str, list[AddPartitionsToTxnPartitionResult]] = {}
     for tp in wanted:
         by_topic.setdefault(tp.topic, []).append(
-            AddPartitionsToTxnPartitionResult(partition_index=tp.partition, partition_error_code=errors[tp])
+            AddPartitionsToTxnPartitionResult(partition_index=tp.partition, partition_error_code=txn_code(errors[tp]))
         )
     return AddPartitionsToTxnResponse(
         results_by_topic_v3_and_below=[
@@ -63,14 +64,14 @@ async def add_offsets_to_txn(
     error = await _coordinator(state).add_offsets(
         request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
     )
-    return AddOffsetsToTxnResponse(error_code=error)
+    return AddOffsetsToTxnResponse(error_code=txn_code(error))
 
 
 async def end_txn(state: BrokerState, header: RequestHeader, request: EndTxnRequest) -> EndTxnResponse:
     error = await _coordinator(state).end_txn(
         request.transactional_id, request.producer_id, request.producer_epoch, request.committed
     )
-    return EndTxnResponse(error_code=error)
+    return EndTxnResponse(error_code=txn_code(error))
 
 
 async def txn_offset_commit(
@@ -81,8 +82,10 @@ async def txn_offset_commit(
         for t in request.topics
         for p in t.partitions
     }
-    error: ErrorCode = _coordinator(state).txn_offset_commit(
-        request.transactional_id, request.producer_id, request.producer_epoch, request.group_id, offsets
+    error = txn_code(
+        _coordinator(state).txn_offset_commit(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id, offsets
+        )
     )
     return TxnOffsetCommitResponse(
         topics=[

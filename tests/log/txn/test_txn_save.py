@@ -12,7 +12,7 @@ from typing import Any
 
 from streamkit.log.manager import LogManager
 from streamkit.log.producers import ProducerIdAllocator, ProducerStates
-from streamkit.log.server.transactions import TransactionCoordinator
+from streamkit.log.txn.coordinator import TransactionCoordinator
 
 
 async def _shielded_thread(fn: Any, *args: Any) -> Any:

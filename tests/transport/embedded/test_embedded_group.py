@@ -13,8 +13,8 @@ from aiokafka.coordinator.protocol import (
 )
 
 from streamkit._core.types import TopicPartition
-from streamkit.transport.embedded import EmbeddedLogClient
-from streamkit.transport.embedded_group import (
+from streamkit.transport.embedded.client import EmbeddedLogClient
+from streamkit.transport.embedded.group import (
     ProtocolDataError,
     decode_assignment,
     decode_subscription,

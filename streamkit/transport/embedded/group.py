@@ -1,15 +1,15 @@
 """The embedded consumer as a member of its consumer group, when this process serves its data
 directory: ``GroupMembership``.
 
-A worker on the embedded log serves the directory to other processes (``embedded.py``), and
+A worker on the embedded log serves the directory to other processes (``client.py``), and
 a second worker of the same app joins the same group there as a Kafka client. So the embedded
 consumer joins that group too, through the served broker's ``GroupCoordinator`` in this
 process (no socket), as one more member: the group assigns the partitions among all members,
 and a member joining or leaving rebalances the others, exactly as on ``streamkit broker``.
 
 The member speaks the Kafka consumer protocol (protocol type ``consumer``) with the Kafka
-driver's one assignor, ``streamkit`` (``placement.py``: range assignment, owners, standbys),
-so whichever member the coordinator makes leader computes the same assignment:
+driver's one assignor, ``streamkit`` (``transport/placement.py``: range assignment, owners,
+standbys), so whichever member the coordinator makes leader computes the same assignment:
 
 * subscription (JoinGroup metadata), ConsumerProtocolMemberMetadata v0:
   ``int16 version, int32 n, n x (int16 len, utf-8 topic), int32 len, user data``;
@@ -45,7 +45,7 @@ from streamkit.transport.placement import (
 
 logger = logging.getLogger(__name__)
 PROTOCOL_TYPE = "consumer"
-PROTOCOL = "streamkit"  # the Kafka driver's assignor (``kafka.py``)
+PROTOCOL = "streamkit"  # the Kafka driver's assignor (``transport/kafka.py``)
 SESSION_TIMEOUT_MS = 10_000
 REBALANCE_TIMEOUT_MS = 60_000
 HEARTBEAT_INTERVAL_S = 1.0
@@ -197,8 +197,8 @@ class GroupMembership:
         raise TransportError(f"group {self.group_id!r}: {step} failed with {error.name}")
 
     def _assign(self, metadata: Mapping[str, bytes]) -> dict[str, bytes]:
-        """The leader's part: range assignment plus owners and standbys (``placement.py``),
-        as the Kafka driver's assignor computes it."""
+        """The leader's part: range assignment plus owners and standbys
+        (``transport/placement.py``), as the Kafka driver's assignor computes it."""
         subscriptions: dict[str, list[str]] = {}
         members: dict[str, MemberInfo] = {}
         for member_id, data in metadata.items():

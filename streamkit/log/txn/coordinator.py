@@ -5,7 +5,8 @@ partitions and groups (``txn_log.TxnEntry``), and ends transactions by writing C
 ABORT control batches (``records.control_batch``) to every partition in them, through
 ``ProducerStates`` so the partitions' last stable offsets and aborted-transaction lists
 follow. Offsets sent with TxnOffsetCommit wait here and reach the group offset store only
-when their transaction commits.
+when their transaction commits. Requests answer with a ``TxnErrorCode`` (``errors.py``),
+which the wire server copies into its responses.
 
 Invariants:
 
@@ -32,8 +33,8 @@ from streamkit.log.errors import LogError, UnknownTopicError
 from streamkit.log.manager import INTERNAL_TOPICS, LogManager
 from streamkit.log.producers import ProducerIdAllocator, ProducerStates
 from streamkit.log.records import BatchHeader, check_batch, control_batch
-from streamkit.log.server.error_codes import ErrorCode
-from streamkit.log.server.txn_log import TxnEntry, TxnLog, TxnState
+from streamkit.log.txn.errors import TxnErrorCode
+from streamkit.log.txn.txn_log import TxnEntry, TxnLog, TxnState
 
 logger = logging.getLogger(__name__)
 
@@ -116,10 +117,10 @@ class TransactionCoordinator:
 
     # -- requests --------------------------------------------------------------------------
 
-    async def init_producer_id(self, transactional_id: str, timeout_ms: int) -> tuple[ErrorCode, int, int]:
+    async def init_producer_id(self, transactional_id: str, timeout_ms: int) -> tuple[TxnErrorCode, int, int]:
         """(error, producer id, epoch) for a transactional producer starting up."""
         if not 0 < timeout_ms <= MAX_TIMEOUT_MS:
-            return ErrorCode.INVALID_TRANSACTION_TIMEOUT, -1, -1
+            return TxnErrorCode.INVALID_TRANSACTION_TIMEOUT, -1, -1
         async with self._lock(transactional_id):
             entry = self._entries.get(transactional_id)
             if entry is None:
@@ -138,17 +139,17 @@ class TransactionCoordinator:
             self._entries[transactional_id] = entry
             self._pending.pop(transactional_id, None)
             await self._save()
-            return ErrorCode.NONE, entry.producer_id, entry.epoch
+            return TxnErrorCode.NONE, entry.producer_id, entry.epoch
 
-    def _check(self, transactional_id: str, producer_id: int, epoch: int) -> tuple[ErrorCode, TxnEntry | None]:
+    def _check(self, transactional_id: str, producer_id: int, epoch: int) -> tuple[TxnErrorCode, TxnEntry | None]:
         entry = self._entries.get(transactional_id)
         if entry is None or entry.producer_id != producer_id:
-            return ErrorCode.INVALID_PRODUCER_ID_MAPPING, None
+            return TxnErrorCode.INVALID_PRODUCER_ID_MAPPING, None
         if epoch != entry.epoch:
-            return ErrorCode.INVALID_PRODUCER_EPOCH, None
+            return TxnErrorCode.INVALID_PRODUCER_EPOCH, None
         if entry.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
-            return ErrorCode.CONCURRENT_TRANSACTIONS, None
-        return ErrorCode.NONE, entry
+            return TxnErrorCode.CONCURRENT_TRANSACTIONS, None
+        return TxnErrorCode.NONE, entry
 
     def _begin(self, entry: TxnEntry) -> None:
         if entry.state is not TxnState.ONGOING:
@@ -160,7 +161,7 @@ class TransactionCoordinator:
 
     async def add_partitions(
         self, transactional_id: str, producer_id: int, epoch: int, partitions: Iterable[TopicPartition]
-    ) -> dict[TopicPartition, ErrorCode]:
+    ) -> dict[TopicPartition, TxnErrorCode]:
         wanted = list(dict.fromkeys(partitions))
         async with self._lock(transactional_id):
             error, entry = self._check(transactional_id, producer_id, epoch)
@@ -170,7 +171,7 @@ class TransactionCoordinator:
             if unknown:
                 # Like Kafka: nothing is added when any partition is bad.
                 return {
-                    tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else ErrorCode.OPERATION_NOT_ATTEMPTED
+                    tp: TxnErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else TxnErrorCode.OPERATION_NOT_ATTEMPTED
                     for tp in wanted
                 }
             self._begin(entry)
@@ -179,7 +180,7 @@ class TransactionCoordinator:
             if added:
                 entry.partitions.extend(added)
                 await self._save()
-            return {tp: ErrorCode.NONE for tp in wanted}
+            return {tp: TxnErrorCode.NONE for tp in wanted}
 
     def _exists(self, tp: TopicPartition) -> bool:
         if tp.topic in INTERNAL_TOPICS:
@@ -190,7 +191,7 @@ class TransactionCoordinator:
             return False
         return True
 
-    async def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str) -> ErrorCode:
+    async def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str) -> TxnErrorCode:
         async with self._lock(transactional_id):
             error, entry = self._check(transactional_id, producer_id, epoch)
             if entry is None:
@@ -199,7 +200,7 @@ class TransactionCoordinator:
             if group_id not in entry.groups:
                 entry.groups.append(group_id)
                 await self._save()
-            return ErrorCode.NONE
+            return TxnErrorCode.NONE
 
     def txn_offset_commit(
         self,
@@ -208,40 +209,40 @@ class TransactionCoordinator:
         epoch: int,
         group_id: str,
         offsets: dict[TopicPartition, tuple[int, str]],
-    ) -> ErrorCode:
+    ) -> TxnErrorCode:
         """Hold ``offsets`` until the transaction ends (no await: atomic on the loop)."""
         error, entry = self._check(transactional_id, producer_id, epoch)
         if entry is None:
             return error
         if entry.state is not TxnState.ONGOING or group_id not in entry.groups:
-            return ErrorCode.INVALID_TXN_STATE
+            return TxnErrorCode.INVALID_TXN_STATE
         self._pending.setdefault(transactional_id, {}).setdefault(group_id, {}).update(offsets)
-        return ErrorCode.NONE
+        return TxnErrorCode.NONE
 
-    async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> ErrorCode:
+    async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> TxnErrorCode:
         async with self._lock(transactional_id):
             entry = self._entries.get(transactional_id)
             if entry is not None and entry.producer_id == producer_id and entry.epoch == epoch:
                 done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
                 if entry.state is done or entry.state is TxnState.EMPTY:
-                    return ErrorCode.NONE  # a retry, or a transaction with nothing in it
+                    return TxnErrorCode.NONE  # a retry, or a transaction with nothing in it
                 if entry.state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
-                    return ErrorCode.INVALID_TXN_STATE
+                    return TxnErrorCode.INVALID_TXN_STATE
             error, entry = self._check(transactional_id, producer_id, epoch)
             if entry is None:
                 return error
             await self._complete(entry, commit=commit)
-            return ErrorCode.NONE
+            return TxnErrorCode.NONE
 
-    def check_produce(self, transactional_id: str, batch: BatchHeader, tp: TopicPartition) -> ErrorCode | None:
+    def check_produce(self, transactional_id: str, batch: BatchHeader, tp: TopicPartition) -> TxnErrorCode | None:
         """Why a transactional batch may not be appended, or None if it may."""
         entry = self._entries.get(transactional_id)
         if entry is None or entry.producer_id != batch.producer_id:
-            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+            return TxnErrorCode.INVALID_PRODUCER_ID_MAPPING
         if batch.producer_epoch != entry.epoch:
-            return ErrorCode.INVALID_PRODUCER_EPOCH
+            return TxnErrorCode.INVALID_PRODUCER_EPOCH
         if entry.state is not TxnState.ONGOING or (tp.topic, tp.partition) not in entry.partitions:
-            return ErrorCode.INVALID_TXN_STATE
+            return TxnErrorCode.INVALID_TXN_STATE
         return None
 
     # -- ending a transaction --------------------------------------------------------------
