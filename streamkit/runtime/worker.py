@@ -7,6 +7,7 @@ closes, waiting for a remote log no longer than ``shutdown_timeout`` (``shutdown
 worker wires the parts together and owns the fetch and commit loops, dead letters and
 introspection; the parts live beside it:
 
+* ``context.py``: what a partition task sees of the worker (``TaskContext``), built here;
 * ``topology.py``: the probed hops of each agent, the topics created for them, partition
   counts and their check against the declarations;
 * ``assignment.py``: which partition tasks exist for which partitions, creating, stopping and
@@ -43,6 +44,7 @@ from streamkit.app.application import App
 from streamkit.app.services import Service, instantiate
 from streamkit.runtime.assignment import Assignment
 from streamkit.runtime.commits import Committer
+from streamkit.runtime.context import TaskContext
 from streamkit.runtime.inbox import Inbox
 from streamkit.runtime.outputs import Forward, forwarder
 from streamkit.runtime.replies import ReplyConsumer
@@ -160,7 +162,7 @@ class Worker:
         self.task_assignment = Assignment(
             lambda: self.app.agents.values(),
             self.agent_inputs,
-            lambda agent, partition: PartitionTask(self, agent, partition),
+            lambda agent, partition: PartitionTask(self.context, agent, partition),
             self._resume,
         )
         # The URL of this worker's HTTP API, told to the group so others route queries here.
@@ -187,6 +189,21 @@ class Worker:
         )
         self._start_positions: dict[TopicPartition, int] = {}
         self.topology = Topology(app, self.client, self.state_manager)
+        # What the partition and channel tasks see of this worker (``context.py``).
+        self.context = TaskContext(
+            clock=clock,
+            gate=self.gate,
+            fail=self.fail,
+            # Looked up at each call, so a replaced ``Worker.dead_letter`` is what the tasks use
+            # (the tests make a dead-letter topic that cannot be written so).
+            dead_letter=lambda agent, tp, record, error: self.dead_letter(agent, tp, record, error),
+            task_producer=self.task_producer,
+            sender=self._current_sender,
+            forwarder=self.forwarder,
+            reply=self.reply,
+            hop_topic=self.topology.hop_topic,
+            partition_count_of=self.topology.partition_count_of,
+        )
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
         self._sender: RuntimeSender | None = None
@@ -244,7 +261,7 @@ class Worker:
             await self.app.replies.listen(self.app.reply_to)
         for agent in self.app.agents.values():
             if agent.in_channel is not None:
-                channel_task = ChannelTask(self, agent)
+                channel_task = ChannelTask(self.context, agent)
                 self.channel_tasks.append(channel_task)
                 channel_task.start()
         inputs = self.input_topics()
@@ -306,6 +323,9 @@ class Worker:
     @property
     def runtime_sender(self) -> RuntimeSender | None:
         """The sender of the running worker (None before start and after stop)."""
+        return self._current_sender()
+
+    def _current_sender(self) -> RuntimeSender | None:
         return self._sender if self.app.sender is not None else None
 
     # -- topology (``topology.py``) ----------------------------------------------------------
