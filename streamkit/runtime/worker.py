@@ -8,6 +8,8 @@ worker wires the parts together and owns the fetch and commit loops, dead letter
 introspection; the parts live beside it:
 
 * ``context.py``: what a partition task sees of the worker (``TaskContext``), built here;
+* ``rebalance.py``: the consumer's rebalance listener (tasks, the tables' partitions and the
+  exactly-once producers following the assignment; a lost task);
 * ``topology.py``: the probed hops of each agent, the topics created for them, partition
   counts and their check against the declarations;
 * ``assignment.py``: which partition tasks exist for which partitions, creating, stopping and
@@ -47,6 +49,7 @@ from streamkit.runtime.commits import Committer
 from streamkit.runtime.context import TaskContext
 from streamkit.runtime.inbox import Inbox
 from streamkit.runtime.outputs import Forward, forwarder
+from streamkit.runtime.rebalance import Rebalancer, TablesFollowPartitions, TaskControl
 from streamkit.runtime.replies import ReplyConsumer
 from streamkit.runtime.sender import RuntimeSender
 from streamkit.runtime.shutdown import StopDeadline
@@ -81,30 +84,6 @@ class WorkerStats:
     started_at: float = field(default_factory=time.monotonic)
 
 
-class _TablesFollowPartitions:
-    """The tables' partitions follow the input partitions (``state.py``): partition p of
-    every table is restored before a task of partition p reads, and closed after the
-    revocation commit unless another input partition p stays."""
-
-    def __init__(self, worker: Worker) -> None:
-        self._worker = worker
-
-    async def partitions_assigned(self, assigned: set[TopicPartition], tasks: list[PartitionTask]) -> None:
-        state = self._worker.state_manager
-        await state.assign({tp.partition for tp in assigned})
-        group = self._worker.group_info()
-        if group is not None:
-            await state.set_standbys(set(group.standbys))
-
-    async def partitions_revoked(
-        self, revoked: set[TopicPartition], tasks: list[PartitionTask], committed: bool
-    ) -> None:
-        if not committed:
-            return  # the worker fails; stop closes the stores, state claims nothing more
-        kept = {tp.partition for tp in self._worker.assignment() if tp not in revoked}
-        await self._worker.state_manager.revoke({tp.partition for tp in revoked} - kept)
-
-
 def _transactional_id(app: App, state_dir: str) -> str:
     """The transactional id of the worker's own producer (sends outside any task, global
     tables; each task has its own, ``transactions.py``): the app, the host and the worker's
@@ -118,26 +97,6 @@ def _transaction_timeout_ms(app: App) -> int:
     """Long enough for a few commit intervals: a transaction lives one interval (plus the
     wait for the tasks to finish their records); the log aborts one open longer."""
     return min(900_000, max(60_000, 5 * app.commit_interval_ms))
-
-
-class _TaskControl:
-    """The worker's partition tasks as an exactly-once commit sees them (``commits.py``)."""
-
-    def __init__(self, worker: Worker) -> None:
-        self._worker = worker
-
-    def busy(self) -> bool:
-        return any(t.busy for t in self._worker.tasks.values())
-
-    def torn(self) -> set[int]:
-        return {t.partition for t in self._worker.tasks.values() if t.torn}
-
-    def wake(self) -> None:
-        for task in self._worker.tasks.values():
-            task.wakeup.set()
-
-    async def lose(self, partition: int) -> None:
-        await self._worker.lose_task(partition)
 
 
 class Worker:
@@ -171,7 +130,9 @@ class Worker:
             list(app.tables.values()), self.client, clock, state_dir or os.path.join(".streamkit-state", app.id),
             isolation_level=READ_COMMITTED if app.exactly_once else READ_UNCOMMITTED,
         )
-        self.task_assignment.listeners.append(_TablesFollowPartitions(self))
+        self.task_assignment.listeners.append(
+            TablesFollowPartitions(self.state_manager, self.group_info, self.assignment)
+        )
         self.committer = Committer(
             self.task_assignment.inboxes, self.fail, lambda: self._failure is not None, self.state_manager
         )
@@ -187,8 +148,10 @@ class Worker:
         self.task_producers = (
             TaskProducers(self.client, app.id, _transaction_timeout_ms(app)) if app.exactly_once else None
         )
-        self._start_positions: dict[TopicPartition, int] = {}
         self.topology = Topology(app, self.client, self.state_manager)
+        self.rebalancer = Rebalancer(
+            app, self.task_assignment, self.committer, self.state_manager, self.task_producers, self.commit, self.fail
+        )
         # What the partition and channel tasks see of this worker (``context.py``).
         self.context = TaskContext(
             clock=clock,
@@ -241,7 +204,7 @@ class Worker:
         producer: Producer
         if self._transactional is not None and self.task_producers is not None:
             producer = RoutingProducer(self._transactional, self.task_producers)
-            self.committer.tasks = _TaskControl(self)
+            self.committer.tasks = TaskControl(self.task_assignment, self.rebalancer.lose_task)
             self.committer.task_producers = self.task_producers
             self.committer.default = self._transactional
             self.committer.group_id = self.app.id
@@ -272,10 +235,10 @@ class Worker:
                 )
             else:
                 consumer = self.client.consumer(self.app.id, auto_offset_reset=self.app.auto_offset_reset)
-            consumer.subscribe(inputs, self)
+            consumer.subscribe(inputs, self.rebalancer)
             standby = max((t.standby_replicas for t in self.app.tables.values()), default=0)
             consumer.advertise(MemberInfo(self.advertised_url, standby))
-            self._consumer = consumer
+            self._consumer = self.rebalancer.consumer = consumer
             self.committer.bind(producer, consumer)
             await consumer.start()
             self._spawn(self._fetch_loop(), "fetch")
@@ -348,7 +311,7 @@ class Worker:
     def agent_inputs(self, agent: Agent) -> dict[str, Topic]:
         return self.topology.agent_inputs(agent)
 
-    # -- rebalance (``assignment.py``) -------------------------------------------------------
+    # -- rebalance (``assignment.py``, ``rebalance.py``) ------------------------------------
 
     @property
     def tasks(self) -> dict[tuple[str, int], PartitionTask]:
@@ -360,48 +323,14 @@ class Worker:
         return self.task_assignment.inboxes
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        if self._consumer is not None:
-            for tp in assigned:  # where a lost task goes back to before the first commit
-                position = self._consumer.position(tp)
-                if position is not None:
-                    self._start_positions[tp] = position
-        if self.task_producers is not None:
-            try:
-                await self._open_tasks(assigned)
-            except TransportError as exc:
-                # Without their producers the tasks could commit nothing: a restart does better.
-                logger.error("the tasks of %s could not be opened, stopping: %s", sorted(assigned), exc)
-                self.fail(exc)
-                return
-        self.app.rebalancing = True
-        try:
-            await self.task_assignment.assign(assigned)
-        finally:
-            self.app.rebalancing = False
-            if self.task_producers is not None and self._consumer is not None:
-                self._consumer.resume(sorted(assigned))
-        logger.info("assigned %s", ", ".join(str(tp) for tp in sorted(assigned)) or "nothing")
-        await self.app.on_partitions_assigned.send(self.app, assigned=set(assigned))
-        await self.app.on_rebalance_complete.send(self.app)
+        await self.rebalancer.on_partitions_assigned(assigned)
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        held = revoked & self.task_assignment.partitions()
-        if held:  # a stop revokes what is still held, then the consumer's close may again
-            self.app.rebalancing = True
-            await self.app.on_partitions_revoked.send(self.app, revoked=held)
-        try:
-            doomed = await self.task_assignment.revoke(revoked, self.commit)
-        finally:
-            if self.task_producers is not None:
-                # A task gone from here closes its producer (aborting what it did not commit).
-                # All at once, as ``TaskProducers.aclose`` (a stop's deadline cancels them together).
-                running = {tp.partition for tp in self.task_assignment.partitions()}
-                closing = sorted(set(self.task_producers.producers) - running)
-                await asyncio.gather(*(self.task_producers.close(partition) for partition in closing))
-        if not doomed:
-            return
-        self.committer.forget({tp for t in doomed for tp in t.inboxes if tp not in self.task_assignment.inboxes})
-        logger.info("revoked %s", ", ".join(str(tp) for tp in sorted(revoked)))
+        await self.rebalancer.on_partitions_revoked(revoked)
+
+    async def lose_task(self, partition: int) -> None:
+        """Exactly-once: task ``partition``'s transaction did not commit (``rebalance.py``)."""
+        await self.rebalancer.lose_task(partition)
 
     # -- loops -----------------------------------------------------------------------------
 
@@ -459,71 +388,6 @@ class Worker:
     def task_producer(self, partition: int) -> Producer | None:
         """Exactly-once: the transactional producer of task ``partition`` (``transactions.py``)."""
         return self.task_producers.get(partition) if self.task_producers is not None else None
-
-    async def _open_tasks(self, tps: set[TopicPartition]) -> None:
-        """Exactly-once, before the tasks of ``tps`` are created: start the producers of the
-        tasks new here (fencing their previous owners and ending their transactions), then
-        take the tasks' input positions from the group, which only those ids commit now.
-        ``tps`` stay paused until the caller resumes them after creating their inboxes: a
-        record fetched before would find no inbox and be skipped."""
-        units = self.task_producers
-        consumer = self._consumer
-        assert units is not None and consumer is not None
-        consumer.pause(sorted(tps))
-        partitions = sorted({tp.partition for tp in tps})
-        opened = await asyncio.gather(*(units.open(p) for p in partitions))
-        fresh = {p for p, new in zip(partitions, opened, strict=True) if new}
-        positions: dict[TopicPartition, int] = {}
-        for tp in sorted(tp for tp in tps if tp.partition in fresh):
-            position = await consumer.committed(tp)
-            if position is None:
-                position = self._start_positions.get(tp)
-            if position is not None:
-                positions[tp] = position
-        for tp, position in positions.items():  # no await from here to the tasks' inboxes
-            consumer.seek(tp, position)
-
-    async def lose_task(self, partition: int) -> None:
-        """Exactly-once, after task ``partition``'s transaction did not commit (fenced by its
-        new owner, or timed out): stop its coroutines, close its tables' partitions (their
-        uncommitted writes go; another owner may have moved their changelogs) and its
-        producer. If the group still assigns it here, open it again as on an assignment."""
-        units = self.task_producers
-        assert units is not None
-        # Tasks already stopping (their partitions are being revoked) are left to the revocation.
-        tasks = [t for t in self.task_assignment.tasks.values() if t.partition == partition and not t.stopping]
-        await asyncio.gather(*(t.stop() for t in tasks))
-        await units.close(partition)
-        if not tasks:
-            return
-        tps = {tp for t in tasks for tp in t.inboxes}
-        for task in tasks:
-            task.close()
-            self.task_assignment.tasks.pop((task.agent.name, task.partition), None)
-            for tp, inbox in task.inboxes.items():
-                inboxes = self.task_assignment.inboxes.get(tp, [])
-                if inbox in inboxes:
-                    inboxes.remove(inbox)
-                if not inboxes:
-                    self.task_assignment.inboxes.pop(tp, None)
-        self.committer.forget(tps)
-        await self.state_manager.revoke({partition})
-        kept = tps & self.assignment()
-        if not kept:
-            logger.warning("task %d was lost to another worker: closed", partition)
-            return
-        logger.warning("task %d was lost: opening it again from its last commit", partition)
-        try:
-            await self._open_tasks(kept)
-            await self.task_assignment.assign(kept)
-        except TransportError as exc:
-            # Its partitions would stay without a task (and paused): a restart does better.
-            logger.error("task %d could not be opened again, stopping: %s", partition, exc)
-            self.fail(exc)
-        finally:
-            consumer = self._consumer
-            assert consumer is not None
-            consumer.resume(sorted(kept))
 
     def guarantee_status(self) -> dict[str, Any]:
         """The processing guarantee and, under exactly-once, its transactions (``/status``)."""
