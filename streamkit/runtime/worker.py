@@ -4,12 +4,15 @@ Lifecycle: ``start`` opens the transport, probes the agents' topologies and crea
 topics, subscribes one consumer (group = app id) to every input and starts the
 loops; ``stop`` (or SIGTERM/Ctrl-C in the CLI) stops the tasks, commits what was processed and
 closes, waiting for a remote log no longer than ``shutdown_timeout`` (``shutdown.py``). The
-worker wires the parts together and owns the fetch and commit loops, dead letters and
-introspection; the parts live beside it:
+worker wires the parts together and owns the start and stop sequences, the commit loop, dead
+letters, replies and its state; the parts live beside it:
 
 * ``context.py``: what a partition task sees of the worker (``TaskContext``), built here;
 * ``rebalance.py``: the consumer's rebalance listener (tasks, the tables' partitions and the
   exactly-once producers following the assignment; a lost task);
+* ``fetcher.py``: the fetch loop, the consumer into the tasks' inboxes with back-pressure;
+* ``status.py``: the worker's counters and report (lag, settle, failing agents, stalled
+  partitions, the guarantee's transactions);
 * ``topology.py``: the probed hops of each agent, the topics created for them, partition
   counts and their check against the declarations;
 * ``assignment.py``: which partition tasks exist for which partitions, creating, stopping and
@@ -33,9 +36,7 @@ import hashlib
 import logging
 import os
 import socket
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from streamkit._core.clock import SYSTEM_CLOCK, Clock
@@ -44,9 +45,11 @@ from streamkit.agents.agent import Agent
 from streamkit.agents.replies import encode_response, reply_topic
 from streamkit.app.application import App
 from streamkit.app.services import Service, instantiate
+from streamkit.runtime import status
 from streamkit.runtime.assignment import Assignment
 from streamkit.runtime.commits import Committer
 from streamkit.runtime.context import TaskContext
+from streamkit.runtime.fetcher import Fetcher
 from streamkit.runtime.inbox import Inbox
 from streamkit.runtime.outputs import Forward, forwarder
 from streamkit.runtime.rebalance import Rebalancer, TablesFollowPartitions, TaskControl
@@ -54,6 +57,7 @@ from streamkit.runtime.replies import ReplyConsumer
 from streamkit.runtime.sender import RuntimeSender
 from streamkit.runtime.shutdown import StopDeadline
 from streamkit.runtime.state import StateManager
+from streamkit.runtime.status import WorkerStats
 from streamkit.runtime.tasks import ChannelTask, PartitionTask
 from streamkit.runtime.timers import TimerRunner
 from streamkit.runtime.topology import Topology
@@ -72,16 +76,7 @@ from streamkit.transport.connect import open_log_client
 from streamkit.transport.placement import GroupInfo, MemberInfo
 
 logger = logging.getLogger(__name__)
-FETCH_MAX_RECORDS = 10_000
 TASK_STOP_GRACE_S = 1.0  # how long a stop waits for app tasks to end after should_stop turns True
-
-
-@dataclass
-class WorkerStats:
-    records_in: int = 0
-    dead_lettered: int = 0
-    commits: int = 0
-    started_at: float = field(default_factory=time.monotonic)
 
 
 def _transactional_id(app: App, state_dir: str) -> str:
@@ -169,6 +164,7 @@ class Worker:
         )
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
+        self._fetcher: Fetcher | None = None
         self._sender: RuntimeSender | None = None
         self._loops: list[asyncio.Task[Any]] = []
         self._stop = asyncio.Event()
@@ -239,9 +235,10 @@ class Worker:
             standby = max((t.standby_replicas for t in self.app.tables.values()), default=0)
             consumer.advertise(MemberInfo(self.advertised_url, standby))
             self._consumer = self.rebalancer.consumer = consumer
+            self._fetcher = Fetcher(consumer, self.task_assignment.inboxes, self.stats, self._stop)
             self.committer.bind(producer, consumer)
             await consumer.start()
-            self._spawn(self._fetch_loop(), "fetch")
+            self._spawn(self._fetcher.run(), "fetch")
             self._spawn(self._commit_loop(), "commit")
         if self._run_timers:
             self._spawn(self.timers.run_forever(), "timers")
@@ -334,39 +331,9 @@ class Worker:
 
     # -- loops -----------------------------------------------------------------------------
 
-    async def _fetch_loop(self) -> None:
-        consumer = self._consumer
-        assert consumer is not None
-        while not self._stop.is_set():
-            try:
-                fetched = await consumer.getmany(200, FETCH_MAX_RECORDS)
-            except TransportError as exc:
-                logger.warning("fetch failed, retrying: %s", exc)
-                await asyncio.sleep(0.5)
-                continue
-            for tp, records in fetched.items():
-                inboxes = self._inboxes.get(tp)
-                if not inboxes:
-                    continue
-                self.stats.records_in += len(records)
-                full = False
-                for inbox in inboxes:
-                    inbox.put(records)
-                    full = full or inbox.size >= inbox.high_water
-                if full:
-                    for inbox in inboxes:
-                        inbox.paused = True
-                    consumer.pause([tp])
-            if not fetched:
-                await asyncio.sleep(0)
-
     def _resume(self, tp: TopicPartition) -> None:
-        inboxes = self._inboxes.get(tp, [])
-        if all(i.size < i.high_water // 2 for i in inboxes):
-            for inbox in inboxes:
-                inbox.paused = False
-            if self._consumer is not None:
-                self._consumer.resume([tp])
+        if self._fetcher is not None:
+            self._fetcher.resume(tp)
 
     async def _commit_loop(self) -> None:
         interval = self.app.commit_interval_ms / 1000
@@ -391,15 +358,7 @@ class Worker:
 
     def guarantee_status(self) -> dict[str, Any]:
         """The processing guarantee and, under exactly-once, its transactions (``/status``)."""
-        out: dict[str, Any] = {"processing_guarantee": self.app.processing_guarantee}
-        if self.committer.exactly_once:
-            out["transactions"] = {
-                "open": self.committer.open_transactions,
-                "committed": self.committer.transactions,
-                "aborted": self.committer.aborts,
-                "rewinds": self.committer.rewinds,
-            }
-        return out
+        return status.guarantee_status(self.app, self.committer)
 
     # -- outputs ---------------------------------------------------------------------------
 
@@ -531,27 +490,12 @@ class Worker:
 
     def failing_agents(self) -> list[dict[str, Any]]:
         """The partition tasks backing off after failures outside a record (``tasks.py``)."""
-        out = []
-        for task in self.tasks.values():
-            failure = task.failing
-            if failure is not None:
-                out.append(
-                    {
-                        "agent": task.agent.name,
-                        "partition": task.partition,
-                        "error": failure.error,
-                        "failures": failure.failures,
-                        "retry_in_s": failure.retry_in_s,
-                    }
-                )
-        return out
+        return status.failing_agents(self.tasks.values())
 
     def stalled(self) -> dict[TopicPartition, str]:
         """Assigned input partitions the log does not serve now (deleted topic, lost
         partition), with the reason: their tasks cannot progress."""
-        if self._consumer is None:
-            return {}
-        return {tp: why for tp, why in self._consumer.unavailable().items() if tp in self._inboxes}
+        return status.stalled(self._consumer, self._inboxes)
 
     @property
     def healthy(self) -> bool:
@@ -585,34 +529,8 @@ class Worker:
     async def settle(self) -> bool:
         """Flush outputs and tell whether every fetched record was processed and nothing more
         is waiting in the log for this worker (used by ``streamkit.testing``)."""
-        if self._producer is not None:
-            await self._producer.flush()
-        if self._consumer is None:
-            return True
-        if not self._consumer.assignment():
-            return False  # still joining the group
-        for tp, inboxes in self._inboxes.items():
-            for inbox in inboxes:
-                if inbox.size:
-                    return False
-                if any(reader.first_pending(tp) is not None for reader in inbox.readers):
-                    return False
-            hw = self._consumer.highwater(tp)
-            position = self._consumer.position(tp)
-            if hw is None:
-                return False  # no fetch answered yet: what the log holds is unknown
-            if position is None or position < hw:
-                return False
-        return True
+        return await status.settle(self._producer, self._consumer, self._inboxes)
 
     def lag(self) -> dict[TopicPartition, int]:
         """Records not yet processed per assigned input partition (high watermark - position)."""
-        out: dict[TopicPartition, int] = {}
-        if self._consumer is None:
-            return out
-        for tp, inboxes in self._inboxes.items():
-            hw = self._consumer.highwater(tp)
-            positions = [p for p in (i.commit_position() for i in inboxes) if p is not None]
-            if hw is not None:
-                out[tp] = max(0, hw - (min(positions) if positions else (self._consumer.position(tp) or 0)))
-        return out
+        return status.lag(self._consumer, self._inboxes)
