@@ -34,7 +34,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
+import os
+import socket
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 
@@ -55,6 +58,21 @@ current_producer: ContextVar[Producer | None] = ContextVar("streamkit_task_produ
 def task_transactional_id(app_id: str, partition: int) -> str:
     """The transactional id of task ``partition``: one per task, shared by every worker."""
     return f"{app_id}-{partition}"
+
+
+def worker_transactional_id(app_id: str, state_dir: str) -> str:
+    """The transactional id of the worker's own producer (sends outside any task, global
+    tables): the app, the host and the worker's state directory (two live workers never
+    share one: RocksDB locks it). A worker restarted on its state directory takes the same
+    id, which aborts what its predecessor left open."""
+    digest = hashlib.sha1(f"{socket.gethostname()}:{os.path.abspath(state_dir)}".encode()).hexdigest()[:12]
+    return f"{app_id}-eos-{digest}"
+
+
+def transaction_timeout_ms(commit_interval_ms: int) -> int:
+    """Long enough for a few commit intervals: a transaction lives one interval (plus the
+    wait for the tasks to finish their records); the log aborts one open longer."""
+    return min(900_000, max(60_000, 5 * commit_interval_ms))
 
 
 class TaskProducers:

@@ -13,6 +13,7 @@ letters, replies and its state; the parts live beside it:
 * ``fetcher.py``: the fetch loop, the consumer into the tasks' inboxes with back-pressure;
 * ``status.py``: the worker's counters and report (lag, settle, failing agents, stalled
   partitions, the guarantee's transactions);
+* ``apptasks.py``: the app's own tasks and services, started last and stopped first;
 * ``topology.py``: the probed hops of each agent, the topics created for them, partition
   counts and their check against the declarations;
 * ``assignment.py``: which partition tasks exist for which partitions, creating, stopping and
@@ -32,11 +33,9 @@ tasks (which may still send to them).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
-import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any
 
 from streamkit._core.clock import SYSTEM_CLOCK, Clock
@@ -44,8 +43,9 @@ from streamkit._core.types import TopicPartition
 from streamkit.agents.agent import Agent
 from streamkit.agents.replies import encode_response, reply_topic
 from streamkit.app.application import App
-from streamkit.app.services import Service, instantiate
+from streamkit.app.services import Service
 from streamkit.runtime import status
+from streamkit.runtime.apptasks import AppTasks
 from streamkit.runtime.assignment import Assignment
 from streamkit.runtime.commits import Committer
 from streamkit.runtime.context import TaskContext
@@ -61,7 +61,12 @@ from streamkit.runtime.status import WorkerStats
 from streamkit.runtime.tasks import ChannelTask, PartitionTask
 from streamkit.runtime.timers import TimerRunner
 from streamkit.runtime.topology import Topology
-from streamkit.runtime.transactions import RoutingProducer, TaskProducers
+from streamkit.runtime.transactions import (
+    RoutingProducer,
+    TaskProducers,
+    transaction_timeout_ms,
+    worker_transactional_id,
+)
 from streamkit.topics.topic import Topic
 from streamkit.transport.base import (
     READ_COMMITTED,
@@ -76,22 +81,6 @@ from streamkit.transport.connect import open_log_client
 from streamkit.transport.placement import GroupInfo, MemberInfo
 
 logger = logging.getLogger(__name__)
-TASK_STOP_GRACE_S = 1.0  # how long a stop waits for app tasks to end after should_stop turns True
-
-
-def _transactional_id(app: App, state_dir: str) -> str:
-    """The transactional id of the worker's own producer (sends outside any task, global
-    tables; each task has its own, ``transactions.py``): the app, the host and the worker's
-    state directory (two live workers never share one: RocksDB locks it). A worker restarted
-    on its state directory takes the same id, which aborts what its predecessor left open."""
-    digest = hashlib.sha1(f"{socket.gethostname()}:{os.path.abspath(state_dir)}".encode()).hexdigest()[:12]
-    return f"{app.id}-eos-{digest}"
-
-
-def _transaction_timeout_ms(app: App) -> int:
-    """Long enough for a few commit intervals: a transaction lives one interval (plus the
-    wait for the tasks to finish their records); the log aborts one open longer."""
-    return min(900_000, max(60_000, 5 * app.commit_interval_ms))
 
 
 class Worker:
@@ -135,13 +124,13 @@ class Worker:
         # Exactly-once: made here (no I/O), so a transport that does not offer it refuses at
         # once.
         self._transactional = (
-            self.client.transactional_producer(_transactional_id(app, self.state_manager.state_dir),
-                                               timeout_ms=_transaction_timeout_ms(app))
+            self.client.transactional_producer(worker_transactional_id(app.id, self.state_manager.state_dir),
+                                               timeout_ms=transaction_timeout_ms(app.commit_interval_ms))
             if app.exactly_once
             else None
         )
         self.task_producers = (
-            TaskProducers(self.client, app.id, _transaction_timeout_ms(app)) if app.exactly_once else None
+            TaskProducers(self.client, app.id, transaction_timeout_ms(app.commit_interval_ms)) if app.exactly_once else None
         )
         self.topology = Topology(app, self.client, self.state_manager)
         self.rebalancer = Rebalancer(
@@ -177,8 +166,8 @@ class Worker:
             app.timers, clock, app=app, is_leader=self.is_leader,
             crontabs=[(job, app.cron_schedule(job)) for job in app.crontabs],
         )
-        self._app_tasks: list[asyncio.Task[Any]] = []
-        self.services: list[Service] = []  # the app's services, started after its tasks
+        self.app_tasks = AppTasks(app, self.fail)
+        self.services: list[Service] = self.app_tasks.services  # the app's, started after its tasks
         # Set by whoever starts the worker while it waits for its log before ``start`` (the
         # CLI, while another process holds the data directory without serving it).
         self.log_waiting: str | None = None
@@ -242,21 +231,15 @@ class Worker:
             self._spawn(self._commit_loop(), "commit")
         if self._run_timers:
             self._spawn(self.timers.run_forever(), "timers")
-        for fn in self.app.tasks:
-            self._spawn(self._run_app_task(fn), f"task:{getattr(fn, '__name__', None) or getattr(getattr(fn, 'func', None), '__name__', 'task')}")
-            self._app_tasks.append(self._loops[-1])
-        # Faust's order: the app's tasks, then its services (which may use what tasks set up).
-        for declared in self.app.services:
-            service = instantiate(declared)
-            service._on_crash = self._service_crashed
-            self.services.append(service)
-            await service.start()
+        # Faust's order: the app's tasks, then its services (``apptasks.py``).
+        await self.app_tasks.start(self._spawn)
 
-    def _spawn(self, coro: Awaitable[Any], name: str) -> None:
+    def _spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
         task.set_name(f"streamkit:{name}")
         task.add_done_callback(self._loop_done)
         self._loops.append(task)
+        return task
 
     def _loop_done(self, task: asyncio.Task[Any]) -> None:
         """A background loop ended: unless cancelled by ``stop``, the worker cannot go on
@@ -268,17 +251,6 @@ class Worker:
         if exc is not None:
             logger.error("%s failed, stopping the worker", task.get_name(), exc_info=exc)
             self.fail(exc)
-
-    def _service_crashed(self, reason: BaseException) -> None:
-        """A service's background task raised: the worker stops with that error, as Faust's."""
-        logger.error("service crashed, stopping the worker: %r", reason)
-        self.fail(reason)
-
-    async def _run_app_task(self, fn: Callable[[], Awaitable[Any]]) -> None:
-        try:
-            await fn()
-        except Exception:
-            logger.exception("task %s failed", getattr(fn, "__name__", fn))
 
     @property
     def runtime_sender(self) -> RuntimeSender | None:
@@ -423,14 +395,7 @@ class Worker:
         # started, first stopped) while the producer still runs, give tasks that watch
         # ``should_stop`` a moment to end by themselves, then cancel what still runs.
         self.app._run_stopping()
-        for service in reversed(self.services):
-            try:
-                await service.stop()
-            except Exception:
-                logger.exception("stopping service %s failed", service.shortlabel)
-        running = [t for t in self._app_tasks if not t.done()]
-        if running:
-            await asyncio.wait(running, timeout=TASK_STOP_GRACE_S)
+        await self.app_tasks.stop()
         for task in self._loops:
             task.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
