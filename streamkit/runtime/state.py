@@ -12,8 +12,9 @@ last commit to its changelog, *before* the worker flushes its producer; after th
 reaches. A crash in between leaves the changelog ahead of the store, never behind: recovery
 replays the difference. Under exactly-once the changelogs are read committed, so a restore
 never applies what an aborted transaction wrote; a task whose transaction aborted while the
-worker runs on is lost (``Worker.lose_task``): its partitions are revoked, dropping their
-uncommitted writes, and reopened from the committed store and changelog.
+worker runs on is lost (``Rebalancer.lose_task``, ``rebalance.py``): its partitions are
+revoked, dropping their uncommitted writes, and reopened from the committed store and
+changelog.
 
 State directory: ``<state_dir>/<table>/<partition>/`` per RocksDB table partition.
 """

@@ -16,6 +16,10 @@ and the task reports the failure (``failing``: the worker's ``/health`` is 503 m
 until a record is handed out again. After ``app.max_agent_failures`` such failures in a row
 with no record handed out in between, the worker fails with ``AgentFailedError``. The
 back-off ends at once when the task stops: it never holds up a shutdown.
+
+A task reaches the worker that runs it only through its ``TaskContext`` (``context.py``):
+the clock, the commit gate, the producer of its transaction, the sender, the sinks, replies,
+dead letters, the hop topics and failing the worker.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import functools
 import logging
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from streamkit._core.errors import StreamkitError
 from streamkit._core.types import TopicPartition
@@ -34,13 +38,11 @@ from streamkit.agents.agent import Agent
 from streamkit.agents.channel import ChannelSource
 from streamkit.agents.replies import reply_address
 from streamkit.agents.stream import KeyFn, PartitionSet, Source, Stream, StreamEnd
+from streamkit.runtime.context import TaskContext
 from streamkit.runtime.inbox import Inbox, RootSource, current_event
 from streamkit.runtime.transactions import in_task
 from streamkit.topics.topic import Topic
 from streamkit.transport.base import ConsumerRecord
-
-if TYPE_CHECKING:
-    from streamkit.runtime.worker import Worker
 
 logger = logging.getLogger(__name__)
 STOP_GRACE_S = 0.5
@@ -64,8 +66,8 @@ class AgentFailure:
 
 
 class PartitionTask:
-    def __init__(self, worker: Worker, agent: Agent, partition: int) -> None:
-        self.worker = worker
+    def __init__(self, context: TaskContext, agent: Agent, partition: int) -> None:
+        self.context = context
         self.agent = agent
         self.partition = partition
         self.wakeup = asyncio.Event()
@@ -99,7 +101,7 @@ class PartitionTask:
     def _spawn(self, coro: Awaitable[None], name: str) -> None:
         # Exactly-once: what the coroutine sends goes into this task's transaction.
         task: asyncio.Task[None] = asyncio.ensure_future(
-            in_task(functools.partial(self.worker.task_producer, self.partition), coro)
+            in_task(functools.partial(self.context.task_producer, self.partition), coro)
         )
         task.set_name(name)
         self._tasks.add(task)
@@ -114,7 +116,7 @@ class PartitionTask:
         exc = task.exception()
         if exc is not None:
             logger.error("%s failed, stopping the worker", task.get_name(), exc_info=exc)
-            self.worker.fail(exc)
+            self.context.fail(exc)
 
     async def stop(self) -> None:
         """Let the instances finish the record in hand (briefly), then cancel them. Their
@@ -181,15 +183,15 @@ class PartitionTask:
             self.wakeup,
             self._dead_letter,
             functools.partial(self._open_through, instance),
-            self.worker.clock,
-            self.worker.gate,
+            self.context.clock,
+            self.context.gate,
         )
         source.stopping = self._stopping
         self._sources.append(source)
         return source
 
     async def _dead_letter(self, tp: TopicPartition, record: ConsumerRecord, error: BaseException) -> None:
-        await self.worker.dead_letter(self.agent, tp, record, error)
+        await self.context.dead_letter(self.agent, tp, record, error)
 
     def _open_through(
         self, instance: int, upstream: Stream, topic: Topic | None, key: KeyFn | None, name: str
@@ -199,7 +201,7 @@ class PartitionTask:
         self._hop_cursor[instance] = cursor + 1
         if cursor < len(hops):
             return hops[cursor]
-        target = self.worker.hop_topic(self.agent, topic, name)
+        target = self.context.hop_topic(self.agent, topic, name)
         self._spawn(self._pump(upstream, target, key), f"{self.agent.name}[{self.partition}]>{target.name}")
         source = self._source(instance, [TopicPartition(target.name, self.partition)])
         hops.append(source)
@@ -211,10 +213,10 @@ class PartitionTask:
         source = upstream._source
         get = upstream._get
         nowait = upstream._nowait
-        same_partition = key is None and self.worker.partition_count_of(target) == self.worker.partition_count_of(
-            self.agent.topics[0]
-        )
+        partition_count_of = self.context.partition_count_of
+        same_partition = key is None and partition_count_of(target) == partition_count_of(self.agent.topics[0])
         partition = self.partition if same_partition else None
+        runtime_sender = self.context.sender
         while True:
             source.ack()
             try:
@@ -230,7 +232,7 @@ class PartitionTask:
             assert event is not None
             try:
                 new_key = event.key if key is None else key(event.value)
-                sender = self.worker.runtime_sender
+                sender = runtime_sender()
                 if sender is None:  # the worker stopped: Topic.send says so
                     await target.send(key=new_key, value=event.value, timestamp=event.timestamp)
                     continue
@@ -251,7 +253,7 @@ class PartitionTask:
         while not self._stopping:
             self._hop_cursor[instance] = 0
             try:
-                await run_agent(self.worker, agent, Stream(source, partitions=partitions))
+                await run_agent(self.context, agent, Stream(source, partitions=partitions))
                 return
             except Exception as exc:
                 # The agent's body reads the last hop it opened (or the root): the record in
@@ -266,14 +268,14 @@ class PartitionTask:
         agent = self.agent
         if agent.app.on_error == "stop":
             logger.error("agent %s failed, stopping the worker: %r", agent.name, exc)
-            self.worker.fail(exc)
+            self.context.fail(exc)
             return False
         held = source.pending if isinstance(source, RootSource) else []
         if not held:
             source.ack()
             return await self._back_off(exc)
         for inbox, record in held:
-            await self.worker.dead_letter(agent, inbox.tp, record, exc)
+            await self.context.dead_letter(agent, inbox.tp, record, exc)
         source.ack()
         return True
 
@@ -291,7 +293,7 @@ class PartitionTask:
                 "agent %s failed %d times in a row without processing a record, stopping the worker: %r",
                 where, failures, exc,
             )
-            self.worker.fail(failed_too_often(where, failures, limit, exc, "a record"))
+            self.context.fail(failed_too_often(where, failures, limit, exc, "a record"))
             return False
         delay = backoff_delay(failures)
         self._failure = AgentFailure(f"{type(exc).__name__}: {exc}", failures, delay)
@@ -318,21 +320,21 @@ def failed_too_often(where: str, failures: int, limit: int, exc: BaseException, 
     return error
 
 
-async def run_agent(worker: Worker, agent: Agent, stream: Stream) -> None:
+async def run_agent(context: TaskContext, agent: Agent, stream: Stream) -> None:
     """One instance of ``agent`` over ``stream``: its yielded values answer RPC requests and
     go to its sinks."""
     result: Any = agent(stream)
     if not agent.is_generator:
         await result
         return
-    forward = worker.forwarder(agent)
+    forward = context.forwarder(agent)
     get_event = current_event.get
     async for value in result:
         event = get_event()
         if event is not None and event.headers:
             address = reply_address(event.headers)
             if address is not None:
-                await worker.reply(event.key, value, *address)
+                await context.reply(event.key, value, *address)
         wait = forward(value)
         if wait is not None:
             await wait
@@ -341,9 +343,9 @@ async def run_agent(worker: Worker, agent: Agent, stream: Stream) -> None:
 class ChannelTask:
     """An agent over an in-memory channel (see the module docstring)."""
 
-    def __init__(self, worker: Worker, agent: Agent) -> None:
+    def __init__(self, context: TaskContext, agent: Agent) -> None:
         assert agent.in_channel is not None
-        self.worker = worker
+        self.context = context
         self.agent = agent
         self.subscription = agent.in_channel.subscribe()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -378,14 +380,14 @@ class ChannelTask:
         agent = self.agent
         failures = 0
         while not self._stopping:
-            source = ChannelSource(self.subscription, self.worker.clock)
+            source = ChannelSource(self.subscription, self.context.clock)
             try:
-                await run_agent(self.worker, agent, Stream(source))
+                await run_agent(self.context, agent, Stream(source))
                 return
             except Exception as exc:
                 if agent.app.on_error == "stop":
                     logger.error("agent %s failed, stopping the worker: %r", agent.name, exc)
-                    self.worker.fail(exc)
+                    self.context.fail(exc)
                     return
                 if source.taken:  # it was processing an event when it raised
                     self.dropped += 1
@@ -397,7 +399,7 @@ class ChannelTask:
                     continue
                 failures += 1  # before its first event: it would fail the same way at once
                 if failures >= agent.app.max_agent_failures:
-                    self.worker.fail(failed_too_often(agent.name, failures, agent.app.max_agent_failures, exc, "an event"))
+                    self.context.fail(failed_too_often(agent.name, failures, agent.app.max_agent_failures, exc, "an event"))
                     return
                 delay = backoff_delay(failures)
                 logger.error("agent %s failed outside an event, starting it again in %.1f s: %r", agent.name, delay, exc)

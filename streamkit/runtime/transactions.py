@@ -8,18 +8,18 @@ fences the previous owner, even one still alive (a worker paused past its sessio
 its sends and its commit of the task's transaction fail as fenced. Nothing of the group's
 generation has to reach the broker (aiokafka's TxnOffsetCommit v0 cannot carry it, KIP-447).
 
-Ownership order on assignment (``Worker._open_tasks``, then the tables' restore): the
-producer of a new task starts first (InitProducerId completes the previous owner's
-transaction, committed or aborted), then the task's input positions are read from the group
-(``committed``) and sought to, then its tables' partitions are restored from their
-read_committed changelogs. From then on the positions and the changelog tail cannot move
+Ownership order on assignment (``Rebalancer._open_tasks`` in ``rebalance.py``, then the
+tables' restore): the producer of a new task starts first (InitProducerId completes the
+previous owner's transaction, committed or aborted), then the task's input positions are read
+from the group (``committed``) and sought to, then its tables' partitions are restored from
+their read_committed changelogs. From then on the positions and the changelog tail cannot move
 under the new owner: only this transactional id writes them. The task's inputs stay paused
 meanwhile, so no record is fetched before its inbox exists.
 
-A fenced task is closed without re-initializing its producer (``Worker.lose_task``) and opened
-again the same way only while the group still assigns it here; a zombie that does so before
-its consumer notices it left the group fences the new owner back, which then reopens in
-turn: each side restores from what the other committed, so no write is lost or doubled,
+A fenced task is closed without re-initializing its producer (``Rebalancer.lose_task``) and
+opened again the same way only while the group still assigns it here; a zombie that does so
+before its consumer notices it left the group fences the new owner back, which then reopens
+in turn: each side restores from what the other committed, so no write is lost or doubled,
 until the zombie's consumer rejoins and lets the task go.
 
 Routing: while a partition task's coroutines run, ``current_producer`` names its task's
@@ -34,7 +34,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
+import os
+import socket
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 
@@ -55,6 +58,21 @@ current_producer: ContextVar[Producer | None] = ContextVar("streamkit_task_produ
 def task_transactional_id(app_id: str, partition: int) -> str:
     """The transactional id of task ``partition``: one per task, shared by every worker."""
     return f"{app_id}-{partition}"
+
+
+def worker_transactional_id(app_id: str, state_dir: str) -> str:
+    """The transactional id of the worker's own producer (sends outside any task, global
+    tables): the app, the host and the worker's state directory (two live workers never
+    share one: RocksDB locks it). A worker restarted on its state directory takes the same
+    id, which aborts what its predecessor left open."""
+    digest = hashlib.sha1(f"{socket.gethostname()}:{os.path.abspath(state_dir)}".encode()).hexdigest()[:12]
+    return f"{app_id}-eos-{digest}"
+
+
+def transaction_timeout_ms(commit_interval_ms: int) -> int:
+    """Long enough for a few commit intervals: a transaction lives one interval (plus the
+    wait for the tasks to finish their records); the log aborts one open longer."""
+    return min(900_000, max(60_000, 5 * commit_interval_ms))
 
 
 class TaskProducers:

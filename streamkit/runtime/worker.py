@@ -4,9 +4,16 @@ Lifecycle: ``start`` opens the transport, probes the agents' topologies and crea
 topics, subscribes one consumer (group = app id) to every input and starts the
 loops; ``stop`` (or SIGTERM/Ctrl-C in the CLI) stops the tasks, commits what was processed and
 closes, waiting for a remote log no longer than ``shutdown_timeout`` (``shutdown.py``). The
-worker wires the parts together and owns the fetch and commit loops, dead letters and
-introspection; the parts live beside it:
+worker wires the parts together and owns the start and stop sequences, the commit loop, dead
+letters, replies and its state; the parts live beside it:
 
+* ``context.py``: what a partition task sees of the worker (``TaskContext``), built here;
+* ``rebalance.py``: the consumer's rebalance listener (tasks, the tables' partitions and the
+  exactly-once producers following the assignment; a lost task);
+* ``fetcher.py``: the fetch loop, the consumer into the tasks' inboxes with back-pressure;
+* ``status.py``: the worker's counters and report (lag, settle, failing agents, stalled
+  partitions, the guarantee's transactions);
+* ``apptasks.py``: the app's own tasks and services, started last and stopped first;
 * ``topology.py``: the probed hops of each agent, the topics created for them, partition
   counts and their check against the declarations;
 * ``assignment.py``: which partition tasks exist for which partitions, creating, stopping and
@@ -26,13 +33,9 @@ tasks (which may still send to them).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
-import socket
-import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable
 from typing import Any
 
 from streamkit._core.clock import SYSTEM_CLOCK, Clock
@@ -40,20 +43,31 @@ from streamkit._core.types import TopicPartition
 from streamkit.agents.agent import Agent
 from streamkit.agents.replies import encode_response, reply_topic
 from streamkit.app.application import App
-from streamkit.app.services import Service, instantiate
+from streamkit.app.services import Service
+from streamkit.runtime import status
+from streamkit.runtime.apptasks import AppTasks
 from streamkit.runtime.assignment import Assignment
 from streamkit.runtime.commits import Committer
+from streamkit.runtime.context import TaskContext
+from streamkit.runtime.fetcher import Fetcher
 from streamkit.runtime.inbox import Inbox
 from streamkit.runtime.outputs import Forward, forwarder
+from streamkit.runtime.rebalance import Rebalancer, TablesFollowPartitions, TaskControl
 from streamkit.runtime.replies import ReplyConsumer
 from streamkit.runtime.sender import RuntimeSender
 from streamkit.runtime.shutdown import StopDeadline
 from streamkit.runtime.stages import install_plans
 from streamkit.runtime.state import StateManager
+from streamkit.runtime.status import WorkerStats
 from streamkit.runtime.tasks import ChannelTask, PartitionTask
 from streamkit.runtime.timers import TimerRunner
 from streamkit.runtime.topology import Topology
-from streamkit.runtime.transactions import RoutingProducer, TaskProducers
+from streamkit.runtime.transactions import (
+    RoutingProducer,
+    TaskProducers,
+    transaction_timeout_ms,
+    worker_transactional_id,
+)
 from streamkit.topics.topic import Topic
 from streamkit.transport.base import (
     READ_COMMITTED,
@@ -68,75 +82,6 @@ from streamkit.transport.connect import open_log_client
 from streamkit.transport.placement import GroupInfo, MemberInfo
 
 logger = logging.getLogger(__name__)
-FETCH_MAX_RECORDS = 10_000
-TASK_STOP_GRACE_S = 1.0  # how long a stop waits for app tasks to end after should_stop turns True
-
-
-@dataclass
-class WorkerStats:
-    records_in: int = 0
-    dead_lettered: int = 0
-    commits: int = 0
-    started_at: float = field(default_factory=time.monotonic)
-
-
-class _TablesFollowPartitions:
-    """The tables' partitions follow the input partitions (``state.py``): partition p of
-    every table is restored before a task of partition p reads, and closed after the
-    revocation commit unless another input partition p stays."""
-
-    def __init__(self, worker: Worker) -> None:
-        self._worker = worker
-
-    async def partitions_assigned(self, assigned: set[TopicPartition], tasks: list[PartitionTask]) -> None:
-        state = self._worker.state_manager
-        await state.assign({tp.partition for tp in assigned})
-        group = self._worker.group_info()
-        if group is not None:
-            await state.set_standbys(set(group.standbys))
-
-    async def partitions_revoked(
-        self, revoked: set[TopicPartition], tasks: list[PartitionTask], committed: bool
-    ) -> None:
-        if not committed:
-            return  # the worker fails; stop closes the stores, state claims nothing more
-        kept = {tp.partition for tp in self._worker.assignment() if tp not in revoked}
-        await self._worker.state_manager.revoke({tp.partition for tp in revoked} - kept)
-
-
-def _transactional_id(app: App, state_dir: str) -> str:
-    """The transactional id of the worker's own producer (sends outside any task, global
-    tables; each task has its own, ``transactions.py``): the app, the host and the worker's
-    state directory (two live workers never share one: RocksDB locks it). A worker restarted
-    on its state directory takes the same id, which aborts what its predecessor left open."""
-    digest = hashlib.sha1(f"{socket.gethostname()}:{os.path.abspath(state_dir)}".encode()).hexdigest()[:12]
-    return f"{app.id}-eos-{digest}"
-
-
-def _transaction_timeout_ms(app: App) -> int:
-    """Long enough for a few commit intervals: a transaction lives one interval (plus the
-    wait for the tasks to finish their records); the log aborts one open longer."""
-    return min(900_000, max(60_000, 5 * app.commit_interval_ms))
-
-
-class _TaskControl:
-    """The worker's partition tasks as an exactly-once commit sees them (``commits.py``)."""
-
-    def __init__(self, worker: Worker) -> None:
-        self._worker = worker
-
-    def busy(self) -> bool:
-        return any(t.busy for t in self._worker.tasks.values())
-
-    def torn(self) -> set[int]:
-        return {t.partition for t in self._worker.tasks.values() if t.torn}
-
-    def wake(self) -> None:
-        for task in self._worker.tasks.values():
-            task.wakeup.set()
-
-    async def lose(self, partition: int) -> None:
-        await self._worker.lose_task(partition)
 
 
 class Worker:
@@ -162,7 +107,7 @@ class Worker:
         self.task_assignment = Assignment(
             lambda: self.app.agents.values(),
             self.agent_inputs,
-            lambda agent, partition: PartitionTask(self, agent, partition),
+            lambda agent, partition: PartitionTask(self.context, agent, partition),
             self._resume,
         )
         # The URL of this worker's HTTP API, told to the group so others route queries here.
@@ -171,7 +116,9 @@ class Worker:
             list(app.tables.values()), self.client, clock, state_dir or os.path.join(".streamkit-state", app.id),
             isolation_level=READ_COMMITTED if app.exactly_once else READ_UNCOMMITTED,
         )
-        self.task_assignment.listeners.append(_TablesFollowPartitions(self))
+        self.task_assignment.listeners.append(
+            TablesFollowPartitions(self.state_manager, self.group_info, self.assignment)
+        )
         self.committer = Committer(
             self.task_assignment.inboxes, self.fail, lambda: self._failure is not None, self.state_manager
         )
@@ -179,18 +126,36 @@ class Worker:
         # Exactly-once: made here (no I/O), so a transport that does not offer it refuses at
         # once.
         self._transactional = (
-            self.client.transactional_producer(_transactional_id(app, self.state_manager.state_dir),
-                                               timeout_ms=_transaction_timeout_ms(app))
+            self.client.transactional_producer(worker_transactional_id(app.id, self.state_manager.state_dir),
+                                               timeout_ms=transaction_timeout_ms(app.commit_interval_ms))
             if app.exactly_once
             else None
         )
         self.task_producers = (
-            TaskProducers(self.client, app.id, _transaction_timeout_ms(app)) if app.exactly_once else None
+            TaskProducers(self.client, app.id, transaction_timeout_ms(app.commit_interval_ms)) if app.exactly_once else None
         )
-        self._start_positions: dict[TopicPartition, int] = {}
         self.topology = Topology(app, self.client, self.state_manager)
+        self.rebalancer = Rebalancer(
+            app, self.task_assignment, self.committer, self.state_manager, self.task_producers, self.commit, self.fail
+        )
+        # What the partition and channel tasks see of this worker (``context.py``).
+        self.context = TaskContext(
+            clock=clock,
+            gate=self.gate,
+            fail=self.fail,
+            # Looked up at each call, so a replaced ``Worker.dead_letter`` is what the tasks use
+            # (the tests make a dead-letter topic that cannot be written so).
+            dead_letter=lambda agent, tp, record, error: self.dead_letter(agent, tp, record, error),
+            task_producer=self.task_producer,
+            sender=self._current_sender,
+            forwarder=self.forwarder,
+            reply=self.reply,
+            hop_topic=self.topology.hop_topic,
+            partition_count_of=self.topology.partition_count_of,
+        )
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
+        self._fetcher: Fetcher | None = None
         self._sender: RuntimeSender | None = None
         self._loops: list[asyncio.Task[Any]] = []
         self._stop = asyncio.Event()
@@ -203,8 +168,8 @@ class Worker:
             app.timers, clock, app=app, is_leader=self.is_leader,
             crontabs=[(job, app.cron_schedule(job)) for job in app.crontabs],
         )
-        self._app_tasks: list[asyncio.Task[Any]] = []
-        self.services: list[Service] = []  # the app's services, started after its tasks
+        self.app_tasks = AppTasks(app, self.fail)
+        self.services: list[Service] = self.app_tasks.services  # the app's, started after its tasks
         # Set by whoever starts the worker while it waits for its log before ``start`` (the
         # CLI, while another process holds the data directory without serving it).
         self.log_waiting: str | None = None
@@ -226,7 +191,7 @@ class Worker:
         producer: Producer
         if self._transactional is not None and self.task_producers is not None:
             producer = RoutingProducer(self._transactional, self.task_producers)
-            self.committer.tasks = _TaskControl(self)
+            self.committer.tasks = TaskControl(self.task_assignment, self.rebalancer.lose_task)
             self.committer.task_producers = self.task_producers
             self.committer.default = self._transactional
             self.committer.group_id = self.app.id
@@ -246,7 +211,7 @@ class Worker:
             await self.app.replies.listen(self.app.reply_to)
         for agent in self.app.agents.values():
             if agent.in_channel is not None:
-                channel_task = ChannelTask(self, agent)
+                channel_task = ChannelTask(self.context, agent)
                 self.channel_tasks.append(channel_task)
                 channel_task.start()
         inputs = self.input_topics()
@@ -257,31 +222,26 @@ class Worker:
                 )
             else:
                 consumer = self.client.consumer(self.app.id, auto_offset_reset=self.app.auto_offset_reset)
-            consumer.subscribe(inputs, self)
+            consumer.subscribe(inputs, self.rebalancer)
             standby = max((t.standby_replicas for t in self.app.tables.values()), default=0)
             consumer.advertise(MemberInfo(self.advertised_url, standby))
-            self._consumer = consumer
+            self._consumer = self.rebalancer.consumer = consumer
+            self._fetcher = Fetcher(consumer, self.task_assignment.inboxes, self.stats, self._stop)
             self.committer.bind(producer, consumer)
             await consumer.start()
-            self._spawn(self._fetch_loop(), "fetch")
+            self._spawn(self._fetcher.run(), "fetch")
             self._spawn(self._commit_loop(), "commit")
         if self._run_timers:
             self._spawn(self.timers.run_forever(), "timers")
-        for fn in self.app.tasks:
-            self._spawn(self._run_app_task(fn), f"task:{getattr(fn, '__name__', None) or getattr(getattr(fn, 'func', None), '__name__', 'task')}")
-            self._app_tasks.append(self._loops[-1])
-        # Faust's order: the app's tasks, then its services (which may use what tasks set up).
-        for declared in self.app.services:
-            service = instantiate(declared)
-            service._on_crash = self._service_crashed
-            self.services.append(service)
-            await service.start()
+        # Faust's order: the app's tasks, then its services (``apptasks.py``).
+        await self.app_tasks.start(self._spawn)
 
-    def _spawn(self, coro: Awaitable[Any], name: str) -> None:
+    def _spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
         task.set_name(f"streamkit:{name}")
         task.add_done_callback(self._loop_done)
         self._loops.append(task)
+        return task
 
     def _loop_done(self, task: asyncio.Task[Any]) -> None:
         """A background loop ended: unless cancelled by ``stop``, the worker cannot go on
@@ -294,20 +254,12 @@ class Worker:
             logger.error("%s failed, stopping the worker", task.get_name(), exc_info=exc)
             self.fail(exc)
 
-    def _service_crashed(self, reason: BaseException) -> None:
-        """A service's background task raised: the worker stops with that error, as Faust's."""
-        logger.error("service crashed, stopping the worker: %r", reason)
-        self.fail(reason)
-
-    async def _run_app_task(self, fn: Callable[[], Awaitable[Any]]) -> None:
-        try:
-            await fn()
-        except Exception:
-            logger.exception("task %s failed", getattr(fn, "__name__", fn))
-
     @property
     def runtime_sender(self) -> RuntimeSender | None:
         """The sender of the running worker (None before start and after stop)."""
+        return self._current_sender()
+
+    def _current_sender(self) -> RuntimeSender | None:
         return self._sender if self.app.sender is not None else None
 
     # -- topology (``topology.py``) ----------------------------------------------------------
@@ -330,7 +282,7 @@ class Worker:
     def agent_inputs(self, agent: Agent) -> dict[str, Topic]:
         return self.topology.agent_inputs(agent)
 
-    # -- rebalance (``assignment.py``) -------------------------------------------------------
+    # -- rebalance (``assignment.py``, ``rebalance.py``) ------------------------------------
 
     @property
     def tasks(self) -> dict[tuple[str, int], PartitionTask]:
@@ -342,84 +294,20 @@ class Worker:
         return self.task_assignment.inboxes
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        if self._consumer is not None:
-            for tp in assigned:  # where a lost task goes back to before the first commit
-                position = self._consumer.position(tp)
-                if position is not None:
-                    self._start_positions[tp] = position
-        if self.task_producers is not None:
-            try:
-                await self._open_tasks(assigned)
-            except TransportError as exc:
-                # Without their producers the tasks could commit nothing: a restart does better.
-                logger.error("the tasks of %s could not be opened, stopping: %s", sorted(assigned), exc)
-                self.fail(exc)
-                return
-        self.app.rebalancing = True
-        try:
-            await self.task_assignment.assign(assigned)
-        finally:
-            self.app.rebalancing = False
-            if self.task_producers is not None and self._consumer is not None:
-                self._consumer.resume(sorted(assigned))
-        logger.info("assigned %s", ", ".join(str(tp) for tp in sorted(assigned)) or "nothing")
-        await self.app.on_partitions_assigned.send(self.app, assigned=set(assigned))
-        await self.app.on_rebalance_complete.send(self.app)
+        await self.rebalancer.on_partitions_assigned(assigned)
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        held = revoked & self.task_assignment.partitions()
-        if held:  # a stop revokes what is still held, then the consumer's close may again
-            self.app.rebalancing = True
-            await self.app.on_partitions_revoked.send(self.app, revoked=held)
-        try:
-            doomed = await self.task_assignment.revoke(revoked, self.commit)
-        finally:
-            if self.task_producers is not None:
-                # A task gone from here closes its producer (aborting what it did not commit).
-                # All at once, as ``TaskProducers.aclose`` (a stop's deadline cancels them together).
-                running = {tp.partition for tp in self.task_assignment.partitions()}
-                closing = sorted(set(self.task_producers.producers) - running)
-                await asyncio.gather(*(self.task_producers.close(partition) for partition in closing))
-        if not doomed:
-            return
-        self.committer.forget({tp for t in doomed for tp in t.inboxes if tp not in self.task_assignment.inboxes})
-        logger.info("revoked %s", ", ".join(str(tp) for tp in sorted(revoked)))
+        await self.rebalancer.on_partitions_revoked(revoked)
+
+    async def lose_task(self, partition: int) -> None:
+        """Exactly-once: task ``partition``'s transaction did not commit (``rebalance.py``)."""
+        await self.rebalancer.lose_task(partition)
 
     # -- loops -----------------------------------------------------------------------------
 
-    async def _fetch_loop(self) -> None:
-        consumer = self._consumer
-        assert consumer is not None
-        while not self._stop.is_set():
-            try:
-                fetched = await consumer.getmany(200, FETCH_MAX_RECORDS)
-            except TransportError as exc:
-                logger.warning("fetch failed, retrying: %s", exc)
-                await asyncio.sleep(0.5)
-                continue
-            for tp, records in fetched.items():
-                inboxes = self._inboxes.get(tp)
-                if not inboxes:
-                    continue
-                self.stats.records_in += len(records)
-                full = False
-                for inbox in inboxes:
-                    inbox.put(records)
-                    full = full or inbox.size >= inbox.high_water
-                if full:
-                    for inbox in inboxes:
-                        inbox.paused = True
-                    consumer.pause([tp])
-            if not fetched:
-                await asyncio.sleep(0)
-
     def _resume(self, tp: TopicPartition) -> None:
-        inboxes = self._inboxes.get(tp, [])
-        if all(i.size < i.high_water // 2 for i in inboxes):
-            for inbox in inboxes:
-                inbox.paused = False
-            if self._consumer is not None:
-                self._consumer.resume([tp])
+        if self._fetcher is not None:
+            self._fetcher.resume(tp)
 
     async def _commit_loop(self) -> None:
         interval = self.app.commit_interval_ms / 1000
@@ -442,82 +330,9 @@ class Worker:
         """Exactly-once: the transactional producer of task ``partition`` (``transactions.py``)."""
         return self.task_producers.get(partition) if self.task_producers is not None else None
 
-    async def _open_tasks(self, tps: set[TopicPartition]) -> None:
-        """Exactly-once, before the tasks of ``tps`` are created: start the producers of the
-        tasks new here (fencing their previous owners and ending their transactions), then
-        take the tasks' input positions from the group, which only those ids commit now.
-        ``tps`` stay paused until the caller resumes them after creating their inboxes: a
-        record fetched before would find no inbox and be skipped."""
-        units = self.task_producers
-        consumer = self._consumer
-        assert units is not None and consumer is not None
-        consumer.pause(sorted(tps))
-        partitions = sorted({tp.partition for tp in tps})
-        opened = await asyncio.gather(*(units.open(p) for p in partitions))
-        fresh = {p for p, new in zip(partitions, opened, strict=True) if new}
-        positions: dict[TopicPartition, int] = {}
-        for tp in sorted(tp for tp in tps if tp.partition in fresh):
-            position = await consumer.committed(tp)
-            if position is None:
-                position = self._start_positions.get(tp)
-            if position is not None:
-                positions[tp] = position
-        for tp, position in positions.items():  # no await from here to the tasks' inboxes
-            consumer.seek(tp, position)
-
-    async def lose_task(self, partition: int) -> None:
-        """Exactly-once, after task ``partition``'s transaction did not commit (fenced by its
-        new owner, or timed out): stop its coroutines, close its tables' partitions (their
-        uncommitted writes go; another owner may have moved their changelogs) and its
-        producer. If the group still assigns it here, open it again as on an assignment."""
-        units = self.task_producers
-        assert units is not None
-        # Tasks already stopping (their partitions are being revoked) are left to the revocation.
-        tasks = [t for t in self.task_assignment.tasks.values() if t.partition == partition and not t.stopping]
-        await asyncio.gather(*(t.stop() for t in tasks))
-        await units.close(partition)
-        if not tasks:
-            return
-        tps = {tp for t in tasks for tp in t.inboxes}
-        for task in tasks:
-            task.close()
-            self.task_assignment.tasks.pop((task.agent.name, task.partition), None)
-            for tp, inbox in task.inboxes.items():
-                inboxes = self.task_assignment.inboxes.get(tp, [])
-                if inbox in inboxes:
-                    inboxes.remove(inbox)
-                if not inboxes:
-                    self.task_assignment.inboxes.pop(tp, None)
-        self.committer.forget(tps)
-        await self.state_manager.revoke({partition})
-        kept = tps & self.assignment()
-        if not kept:
-            logger.warning("task %d was lost to another worker: closed", partition)
-            return
-        logger.warning("task %d was lost: opening it again from its last commit", partition)
-        try:
-            await self._open_tasks(kept)
-            await self.task_assignment.assign(kept)
-        except TransportError as exc:
-            # Its partitions would stay without a task (and paused): a restart does better.
-            logger.error("task %d could not be opened again, stopping: %s", partition, exc)
-            self.fail(exc)
-        finally:
-            consumer = self._consumer
-            assert consumer is not None
-            consumer.resume(sorted(kept))
-
     def guarantee_status(self) -> dict[str, Any]:
         """The processing guarantee and, under exactly-once, its transactions (``/status``)."""
-        out: dict[str, Any] = {"processing_guarantee": self.app.processing_guarantee}
-        if self.committer.exactly_once:
-            out["transactions"] = {
-                "open": self.committer.open_transactions,
-                "committed": self.committer.transactions,
-                "aborted": self.committer.aborts,
-                "rewinds": self.committer.rewinds,
-            }
-        return out
+        return status.guarantee_status(self.app, self.committer)
 
     # -- outputs ---------------------------------------------------------------------------
 
@@ -582,14 +397,7 @@ class Worker:
         # started, first stopped) while the producer still runs, give tasks that watch
         # ``should_stop`` a moment to end by themselves, then cancel what still runs.
         self.app._run_stopping()
-        for service in reversed(self.services):
-            try:
-                await service.stop()
-            except Exception:
-                logger.exception("stopping service %s failed", service.shortlabel)
-        running = [t for t in self._app_tasks if not t.done()]
-        if running:
-            await asyncio.wait(running, timeout=TASK_STOP_GRACE_S)
+        await self.app_tasks.stop()
         for task in self._loops:
             task.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
@@ -649,27 +457,12 @@ class Worker:
 
     def failing_agents(self) -> list[dict[str, Any]]:
         """The partition tasks backing off after failures outside a record (``tasks.py``)."""
-        out = []
-        for task in self.tasks.values():
-            failure = task.failing
-            if failure is not None:
-                out.append(
-                    {
-                        "agent": task.agent.name,
-                        "partition": task.partition,
-                        "error": failure.error,
-                        "failures": failure.failures,
-                        "retry_in_s": failure.retry_in_s,
-                    }
-                )
-        return out
+        return status.failing_agents(self.tasks.values())
 
     def stalled(self) -> dict[TopicPartition, str]:
         """Assigned input partitions the log does not serve now (deleted topic, lost
         partition), with the reason: their tasks cannot progress."""
-        if self._consumer is None:
-            return {}
-        return {tp: why for tp, why in self._consumer.unavailable().items() if tp in self._inboxes}
+        return status.stalled(self._consumer, self._inboxes)
 
     @property
     def healthy(self) -> bool:
@@ -703,34 +496,8 @@ class Worker:
     async def settle(self) -> bool:
         """Flush outputs and tell whether every fetched record was processed and nothing more
         is waiting in the log for this worker (used by ``streamkit.testing``)."""
-        if self._producer is not None:
-            await self._producer.flush()
-        if self._consumer is None:
-            return True
-        if not self._consumer.assignment():
-            return False  # still joining the group
-        for tp, inboxes in self._inboxes.items():
-            for inbox in inboxes:
-                if inbox.size:
-                    return False
-                if any(reader.first_pending(tp) is not None for reader in inbox.readers):
-                    return False
-            hw = self._consumer.highwater(tp)
-            position = self._consumer.position(tp)
-            if hw is None:
-                return False  # no fetch answered yet: what the log holds is unknown
-            if position is None or position < hw:
-                return False
-        return True
+        return await status.settle(self._producer, self._consumer, self._inboxes)
 
     def lag(self) -> dict[TopicPartition, int]:
         """Records not yet processed per assigned input partition (high watermark - position)."""
-        out: dict[TopicPartition, int] = {}
-        if self._consumer is None:
-            return out
-        for tp, inboxes in self._inboxes.items():
-            hw = self._consumer.highwater(tp)
-            positions = [p for p in (i.commit_position() for i in inboxes) if p is not None]
-            if hw is not None:
-                out[tp] = max(0, hw - (min(positions) if positions else (self._consumer.position(tp) or 0)))
-        return out
+        return status.lag(self._consumer, self._inboxes)
