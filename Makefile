@@ -35,7 +35,7 @@ test: setup system lint
 	$(BIN)/pytest -q -p no:cacheprovider
 
 # One venv per Python (.venv-3.12, .venv-3.13) with `.[dev]` only: scripts/test-matrix.sh.
-# MATRIX picks the versions, PYTEST_ARGS some tests (make test-matrix PYTEST_ARGS=tests/eos).
+# MATRIX picks the versions, PYTEST_ARGS some tests (make test-matrix PYTEST_ARGS=tests/runtime/eos).
 MATRIX ?= 3.12 3.13
 test-matrix: system
 	bash scripts/test-matrix.sh $(MATRIX)

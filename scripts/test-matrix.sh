@@ -6,7 +6,7 @@
 # `make test` runs everything on the default Python.
 #
 #   scripts/test-matrix.sh [VERSION...]       default: 3.12 3.13
-#   PYTEST_ARGS='tests/eos' scripts/...       only some tests (word-split, like make variables)
+#   PYTEST_ARGS='tests/runtime/eos' scripts/...       only some tests (word-split, like make variables)
 #
 # Each Python comes from the machine: pythonX.Y on PATH, or pyenv's build of X.Y.
 set -euo pipefail

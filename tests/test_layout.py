@@ -117,3 +117,11 @@ def test_the_layers_contract_names_every_package() -> None:
     layers = next(c for c in config["contracts"] if c["type"] == "layers")["layers"]
     named = {part.strip().removeprefix("streamkit.") for layer in layers for part in layer.replace("|", ":").split(":")}
     assert named == set(_packages())
+
+
+def test_the_tests_mirror_the_package() -> None:
+    """``tests/<package>/`` for each package's tests; besides them only the shared fixtures
+    (``support``) and the example apps' tests (``apps``, after the top-level ``apps/``)."""
+    tests = ROOT / "tests"
+    dirs = {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "__"))}
+    assert dirs - {"support", "apps"} <= set(_packages()), sorted(dirs - {"support", "apps"} - set(_packages()))

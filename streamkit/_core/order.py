@@ -4,7 +4,7 @@ two sides of a join, a repartition topic's writers), spelled once.
 Each input is taken in its own order (offsets); the next record is always the one with the
 lowest timestamp among the inputs' next ones, and on a tie the one of the input listed first:
 Kafka Streams' choice of a task's next record. The worker makes this choice online, as records
-arrive (``runtime/inbox.py``; ``tests/engine/test_inbox_merge.py`` holds it to this function);
+arrive (``runtime/inbox.py``; ``tests/runtime/test_inbox_merge.py`` holds it to this function);
 the Spark backfill, which holds every record, calls this function.
 
     >>> left, right = [(0, "a"), (5, "b")], [(0, "x"), (3, "y")]

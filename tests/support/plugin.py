@@ -16,7 +16,9 @@ broker (``kafka://127.0.0.1:<port>``). ``data_dir`` is a data directory not crea
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Generator, Iterator
@@ -133,3 +135,13 @@ def faust_python() -> Path:
             pytest.fail(f"cannot install faust-streaming into {FAUST_VENV}: {why}", pytrace=False)
     stamp.write_text(digest + "\n")
     return python
+
+
+_unique_names = itertools.count()
+
+
+@pytest.fixture
+def unique(request: pytest.FixtureRequest) -> str:
+    """A name no other test in the session uses (app ids, topics, groups: tests share brokers)."""
+    name = re.sub(r"[^a-zA-Z0-9]", "-", request.node.name)[:60]
+    return f"{name}-{next(_unique_names)}"

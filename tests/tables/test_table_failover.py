@@ -98,7 +98,7 @@ async def test_two_workers_route_queries_and_one_takes_over_the_others_table(tmp
            "PYTHONPATH": str(HERE)}
     await produce(url, [])  # the input topic exists before the workers join
     # Both join at the same moment (a group that once rebalanced forever that way:
-    # tests/broker/test_group_join_storm.py).
+    # tests/log/server/test_group_join_storm.py).
     first = WorkerProc(tmp_path, "a", env)
     second: WorkerProc | None = WorkerProc(tmp_path, "b", env)
     assert second is not None

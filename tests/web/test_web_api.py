@@ -58,7 +58,7 @@ async def test_status_topology_metrics_and_health() -> None:
 
 async def test_worker_command_serves_the_api_and_stops_gracefully(tmp_path: Path) -> None:
     env = {**os.environ, "SAMPLE_APP_ID": "webcli", "SAMPLE_BROKER": f"file://{tmp_path / 'log'}",
-           "PYTHONPATH": str(ROOT / "tests" / "engine")}
+           "PYTHONPATH": str(ROOT / "tests" / "support" / "apps")}
     proc = subprocess.Popen(
         [str(Path(sys.executable).parent / "streamkit"), "worker", "-A", "sample_app:app", "--web-port", "0",
          "--progress-interval", "0.2", "--state-dir", str(tmp_path / "state")],

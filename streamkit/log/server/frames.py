@@ -7,7 +7,7 @@ or as a ``FileRange`` of a segment file that the connection sends with ``sendfil
 Produce request's records are ``memoryview`` slices of the request frame.
 
 Both follow the non-flexible versions the server implements (Fetch v4-v11, Produce v3-v8);
-``tests/broker/test_codec.py`` checks them byte for byte against kio.
+``tests/log/server/test_codec.py`` checks them byte for byte against kio.
 
 Fetch response (response header v0), big-endian::
 

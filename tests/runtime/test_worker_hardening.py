@@ -317,7 +317,7 @@ async def test_send_checks_the_declared_types() -> None:
 def _start_failing_worker(tmp_path: Path, max_failures: int) -> tuple[subprocess.Popen[bytes], Path]:
     log = tmp_path / "worker.log"
     env = {**os.environ, "FAILING_APP_BROKER": f"file://{tmp_path / 'data'}", "FAILING_APP_MAX": str(max_failures),
-           "PYTHONPATH": f"{ROOT / 'tests' / 'engine'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+           "PYTHONPATH": f"{ROOT / 'tests' / 'support' / 'apps'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamkit.cli", "worker", "-A", "failing_app:app", "--progress-interval", "0"],
         env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, cwd=ROOT,

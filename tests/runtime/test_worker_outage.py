@@ -48,7 +48,7 @@ async def _produce(url: str, topic: str, state_dir: Path) -> None:
 
 def _start_worker(url: str, guarantee: str, tmp_path: Path, log: Path, *extra: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "OUTAGE_APP_ID": "outage", "OUTAGE_BROKER": url, "OUTAGE_REPORT_EVERY": str(RECORDS),
-           "PYTHONPATH": f"{ROOT / 'tests' / 'engine'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+           "PYTHONPATH": f"{ROOT / 'tests' / 'support' / 'apps'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     return subprocess.Popen(
         [sys.executable, "-m", "streamkit.cli", "worker", "-A", "outage_app:app", "--progress-interval", "0",
          "--processing-guarantee", guarantee, "--state-dir", str(tmp_path / "state"), *extra],

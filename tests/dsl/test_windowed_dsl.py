@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_reference_model import model_session, model_time
 
 import streamkit as sk
 from streamkit.testing import AppDriver
 from streamkit.windows import Session, Tumbling
+from tests.windows.test_reference_model import model_session, model_time
 
 Input = list[tuple[str, int]]  # key, timestamp ms
 BASE = 1_700_000_000_000 - 1_700_000_000_000 % 60_000  # a round minute, far from 0

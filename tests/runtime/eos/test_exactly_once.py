@@ -16,8 +16,8 @@ import pytest
 from streamkit.runtime.worker import Worker
 from streamkit.transport.embedded.client import EmbeddedLogClient
 from streamkit.web.server import WebServer
-from tests.eos import eos_app
-from tests.eos.eos_log import outputs, produce, reference
+from tests.runtime.eos import eos_app
+from tests.runtime.eos.eos_log import outputs, produce, reference
 
 KEYS = [f"k{i}" for i in range(50)]
 

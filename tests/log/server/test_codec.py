@@ -32,7 +32,7 @@ from streamkit.log.server.messages import (
 )
 
 MESSAGES_PY = Path(codec.__file__).with_name("messages.py")
-GENERATOR = Path(__file__).resolve().parents[2] / "scripts" / "gen_messages.py"
+GENERATOR = Path(__file__).resolve().parents[3] / "scripts" / "gen_messages.py"
 
 
 def _generator() -> types.ModuleType:

@@ -40,7 +40,7 @@ def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 def _env(data: Path, app_id: str) -> dict[str, str]:
     return {**os.environ, "SAMPLE_APP_ID": app_id, "SAMPLE_BROKER": f"file://{data}",
-            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "engine"), str(ROOT)])}
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "support" / "apps"), str(ROOT)])}
 
 
 @contextmanager

@@ -27,7 +27,7 @@ import pytest
 
 from streamkit._core.types import TopicPartition
 from streamkit.transport.connect import open_log_client
-from tests.eos.eos_log import (
+from tests.runtime.eos.eos_log import (
     changelog_table,
     check_exactly_once,
     committed,

@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_join_model import model_join
 
 import streamkit as sk
 from streamkit._core.errors import ConfigError
 from streamkit.tables.errors import TableError
 from streamkit.testing import AppDriver
 from streamkit.windows import Tumbling
+from tests.windows.test_join_model import model_join
 
 BASE = 1_700_000_000_000
 Input = list[tuple[str, str, int]]  # side, key, timestamp (ms after BASE)

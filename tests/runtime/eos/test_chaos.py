@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.eos.eos_log import check_exactly_once, committed, outputs, produce, reference
+from tests.runtime.eos.eos_log import check_exactly_once, committed, outputs, produce, reference
 from tests.support.broker import BrokerProcess, assert_stops_cleanly
 from tests.support.processes import drain, wait_for_line
 from tests.tables.counting_log import local_offsets, local_table

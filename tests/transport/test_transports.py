@@ -154,7 +154,7 @@ async def test_stop_does_not_commit_a_record_cut_off_mid_processing(log_url: str
 
 def start_worker(app_id: str, url: str, delay_s: float, log: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "SAMPLE_APP_ID": app_id, "SAMPLE_BROKER": url, "SAMPLE_DELAY_S": str(delay_s),
-           "PYTHONPATH": f"{ROOT / 'tests' / 'engine'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+           "PYTHONPATH": f"{ROOT / 'tests' / 'support' / 'apps'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     return subprocess.Popen(
         [sys.executable, "-m", "streamkit.cli", "worker", "-A", "sample_app:app", "--progress-interval", "0"],
         env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, cwd=ROOT,

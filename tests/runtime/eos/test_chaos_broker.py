@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.eos.eos_log import (
+from tests.runtime.eos.eos_log import (
     changelog_table,
     check_exactly_once,
     committed,
