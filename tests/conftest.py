@@ -12,11 +12,18 @@ rest of the suite.
 
 The fixtures every directory shares (``broker``, ``log_url``, ``data_dir``, ...) are in the
 plugin ``tests/support/plugin.py``, registered here.
+
+``spark`` is ONE local SparkSession for the whole test session (starting a JVM takes seconds),
+for every Spark test wherever it lives: ``local[2]``, two shuffle partitions, no UI, and Python
+workers that run this interpreter (the venv with streamkit). At the end the session stops and
+its JVM process is shut down and waited for, so no JVM outlives the tests.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -77,6 +84,49 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(getattr(pytest.mark, extra))
             if missing and item.get_closest_marker(extra) is not None:
                 item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    from streamkit.spark import register
+
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # the driver and its workers on loopback only
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("streamkit-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        .config("spark.pyspark.python", sys.executable)
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    yield session
+    session.stop()
+    gateway = SparkContext._gateway
+    if gateway is not None:
+        proc = getattr(gateway, "proc", None)
+        gateway.shutdown()
+        if proc is not None:
+            proc.stdin.close()  # the JVM exits when its stdin closes
+            try:
+                proc.wait(timeout=30)
+            except Exception:
+                proc.kill()
+                proc.wait(timeout=30)
+        SparkContext._gateway = None
+        SparkContext._jvm = None
 
 
 @pytest.fixture

@@ -214,9 +214,18 @@ def fold_key(plan: TaskPlan, item: tuple[tuple[int, bytes], Iterable[Output]]) -
     assert isinstance(terminal, Aggregate)
     (partition, raw_key), outputs = item
     ordered = _task_order(outputs)
+    latest = ordered[-1][3]
+    if terminal.kind == "latest":
+        # A delete of a key the table does not hold changes nothing in the worker's table: a
+        # key only ever deleted writes nothing (to its changelog, or the table's stream; one an
+        # earlier changelog holds still gets its tombstone from write_changelog), and a key
+        # deleted several times is stamped with the first delete after its last value.
+        held = [i for i, o in enumerate(ordered) if o[5] is not None]
+        if not held:
+            return
+        latest = ordered[min(held[-1] + 1, len(ordered) - 1)][3]
     present, value = fold(fold_step(terminal.kind, terminal.fn, terminal.initializer), ordered[0][4], (o[5] for o in ordered))
     raw_value = terminal.table.value_serde.dumps(value) if present else None
-    latest = ordered[-1][3]
     if plan.output:
         yield (OUTPUT, None, raw_key, raw_value, latest, None)
     else:
