@@ -162,7 +162,7 @@ def start_worker(app_id: str, url: str, delay_s: float, log: Path) -> subprocess
 
 
 async def produce_ints(url: str, topic: str, count: int) -> None:
-    import sample_app  # noqa: F401  (declares nothing we need; keeps the import path honest)
+    import tests.support.apps.sample_app  # noqa: F401  (declares nothing we need; keeps the import path honest)
 
     app = sk.App("producer-only", broker=url)
     target = app.topic(topic, value_type=int, partitions=4)

@@ -158,9 +158,11 @@ async def test_a_paused_worker_is_fenced_when_it_resumes(broker: Any, tmp_path: 
         await produce(url, second)
         await _until_committed(url, FIRST + SECOND, seed)
         a.proc.send_signal(signal.SIGCONT)
-        # The zombie finds its tasks fenced (b took their transactional ids), drops them and
-        # rejoins the group instead of crashing.
-        await a.wait_for(r"task \d was fenced", timeout=90)
+        # The zombie drops its tasks' uncommitted work and rejoins the group instead of
+        # crashing: told it was fenced (b took their transactional ids) when the log refuses
+        # a commit or an abort, or dropping torn tasks when the group's revoke comes first
+        # (seen in CI: their close then reported no fence). Exactly-once is checked below.
+        await a.wait_for(r"task \d (was fenced|stopped with a record unfinished|: its transaction was aborted)", timeout=90)
         await a.wait_for(r"assigned events-", times=2, timeout=90)
         third = [(rng.choice(KEYS), FIRST + SECOND + i) for i in range(SECOND)]
         await produce(url, third)
