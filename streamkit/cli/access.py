@@ -151,8 +151,9 @@ def _ignore(_message: str) -> None:
 
 
 @contextmanager
-def _signals_held() -> Iterator[None]:
-    """Hold Ctrl-C and SIGTERM while the directory is opened or closed, and deliver them after.
+def signals_held() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM while the directory is opened or closed (or a follower writes
+    records and records its position), and deliver them after.
 
     A ``consume --follow`` opens and closes the directory on every poll; an interrupt that
     landed between taking the lock and recording the manager left a lock held by a manager
@@ -217,7 +218,7 @@ class EmbeddedAccess:
                 )
             write = True  # making the directory is a write
         deadline = time.monotonic() + lock_wait_s
-        with _signals_held():
+        with signals_held():
             while True:
                 manager = LogManager(self.data_dir, background=False, read_only=not write, warn=self._warn_once)
                 try:
@@ -325,7 +326,7 @@ class EmbeddedAccess:
 
     def close(self) -> None:
         if self._manager is not None:
-            with _signals_held():
+            with signals_held():
                 manager, self._manager = self._manager, None
                 manager.close()
 

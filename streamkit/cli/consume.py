@@ -31,7 +31,14 @@ from typing import BinaryIO
 
 import click
 
-from streamkit.cli.access import Fetched, LogAccess, LogTarget, PartitionState, open_access
+from streamkit.cli.access import (
+    Fetched,
+    LogAccess,
+    LogTarget,
+    PartitionState,
+    open_access,
+    signals_held,
+)
 from streamkit.cli.common import count, info, log_target_options, warn
 from streamkit.log.errors import DataDirLockedError, OffsetOutOfRangeError
 from streamkit.log.records import Record
@@ -227,16 +234,20 @@ class _Consumer:
     def _emit(self, partition: int, fetched: Fetched) -> None:
         lines: list[bytes] = []
         position = fetched.next_offset
+        room = None if self.max_records is None else self.max_records - self.count
         for record in fetched.records:
-            if self.done:
+            if room is not None and len(lines) >= room:
                 position = record.offset
                 break
             lines.append(self._format(partition, record))
-            self.count += 1
-        if lines:
-            self.out.write(b"".join(lines))
-            self.out.flush()
-        self.positions[partition] = position
+        # Held from the write to the position: a Ctrl-C landing right after the records were
+        # printed must not leave them printed (and counted) but not committed.
+        with signals_held():
+            if lines:
+                self.out.write(b"".join(lines))
+                self.out.flush()
+            self.count += len(lines)
+            self.positions[partition] = position
 
     def _format(self, partition: int, record: Record) -> bytes:
         parts = []
