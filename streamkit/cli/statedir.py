@@ -3,6 +3,7 @@ the running worker's HTTP API recorded in it (``streamkit tables`` asks that wor
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from typing import TYPE_CHECKING
@@ -24,10 +25,8 @@ def record_web_url(state_dir: str, url: str) -> None:
 
 
 def forget_web_url(state_dir: str) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):  # never recorded, or already forgotten
         os.unlink(os.path.join(state_dir, WEB_FILE))
-    except FileNotFoundError:
-        pass
 
 
 def recorded_web_url(state_dir: str) -> str | None:

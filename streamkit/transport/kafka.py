@@ -634,8 +634,8 @@ class KafkaTransactionalProducer(KafkaProducer):
                 await self._kafka().abort_transaction()
             except ProducerFenced:
                 self._fenced = self.fenced = True
-            except KafkaError:
-                pass
+            except KafkaError as exc:  # the log did not answer: it aborts the transaction on its timeout
+                logger.debug("aborting the transaction on close failed: %r", exc)
             self._sender_failed()  # a fence found meanwhile, retrieved
 
 
