@@ -223,6 +223,15 @@ def _table() -> dict[str, Setting]:
              "streamkit's own: seconds a worker's stop (SIGTERM, Ctrl-C) may wait for the log (committing "
              "offsets or transactions, leaving the group, closing clients); past it the worker gives up what "
              "is left, says so in one line and exits (also `streamkit worker --shutdown-timeout`)")
+    honoured("max_task_drift_ms", 0, _optional(_count),
+             "streamkit's own: how far in event time (ms) a task may run ahead of the slowest task "
+             "with input among the tasks feeding the same topics (runtime/alignment.py); 0 gives the "
+             "timestamp-merged order of their partitions, the order a backfill folds in; None turns "
+             "alignment off (each task runs through its own backlog, as in Kafka Streams)")
+    honoured("max_task_idle_ms", 2000, _count,
+             "how long a task with nothing to process holds back the tasks aligned with it (as Kafka "
+             "Streams' max.task.idle.ms, Flink's idleness); past it the task is idle until records "
+             "reach it again")
     honoured("processing_guarantee", "at_least_once", _guarantee,
              "at_least_once, or exactly_once: per commit interval a task's outputs, changelog records "
              "and source offsets are committed in one transaction, consumers read committed only")
