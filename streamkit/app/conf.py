@@ -228,10 +228,10 @@ def _table() -> dict[str, Setting]:
              "with input among the tasks feeding the same topics (runtime/alignment.py); 0 gives the "
              "timestamp-merged order of their partitions, the order a backfill folds in; None turns "
              "alignment off (each task runs through its own backlog, as in Kafka Streams)")
-    honoured("max_task_idle_ms", 2000, _count,
-             "how long a task with nothing to process holds back the tasks aligned with it (as Kafka "
-             "Streams' max.task.idle.ms, Flink's idleness); past it the task is idle until records "
-             "reach it again")
+    honoured("max_task_idle_ms", 0, _count,
+             "how long a caught-up task with nothing to process holds back the tasks aligned with it "
+             "(Kafka Streams' max.task.idle.ms, Flink's idleness; one whose input has records not "
+             "fetched yet holds them back up to 30 s); past it the task is idle until records reach it again")
     honoured("processing_guarantee", "at_least_once", _guarantee,
              "at_least_once, or exactly_once: per commit interval a task's outputs, changelog records "
              "and source offsets are committed in one transaction, consumers read committed only")

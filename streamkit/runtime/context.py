@@ -18,6 +18,7 @@ from typing import Any
 from streamkit._core.clock import Clock
 from streamkit._core.types import TopicPartition
 from streamkit.agents.agent import Agent
+from streamkit.runtime.alignment import Aligner
 from streamkit.runtime.inbox import Gate
 from streamkit.runtime.outputs import Forward
 from streamkit.runtime.sender import RuntimeSender
@@ -53,3 +54,6 @@ class TaskContext:
     """The topic of one ``through``/``group_by`` hop of an agent (``topology.py``)."""
     partition_count_of: Callable[[Topic], int | None]
     """A topic's partition count as created or found (``topology.py``)."""
+    aligner_for: Callable[[Agent], tuple[Aligner, int] | None]
+    """The aligner pacing ``agent``'s tasks and the agent's rank in its group (tasks of
+    several agents tie by rank, then partition), or None (``alignment.py``)."""

@@ -32,6 +32,7 @@ from streamkit.transport.base import ConsumerRecord
 
 if TYPE_CHECKING:
     from streamkit.agents.stream import Stream
+    from streamkit.runtime.alignment import Aligner, Member
 
 # An agent with records waiting runs without suspending; every CHECK_EVERY records its source
 # looks at the clock and lets the event loop turn once it has held it for YIELD_AFTER_S.
@@ -190,8 +191,22 @@ class RootSource:
         self._undecodable: tuple[Inbox, ConsumerRecord, SerdeError] | None = None
         self._countdown = CHECK_EVERY
         self._last_pause = time.monotonic()
+        # Event-time alignment with other tasks (``alignment.py``): None when not aligned.
+        self._aligner: Aligner | None = None
+        self._member: Member | None = None
         for inbox in self._inboxes:
             inbox.readers.append(self)
+
+    def align(self, aligner: Aligner, member: Member) -> None:
+        """Hand records out only as ``aligner`` admits them (``alignment.py``)."""
+        self._aligner = aligner
+        self._member = member
+        member.source = self
+
+    def next_chunk_timestamp(self) -> int | None:
+        """The timestamp of the next record of the chunk in hand (None: none is left)."""
+        at = self._chunk_at
+        return self._chunk[at].timestamp if at < len(self._chunk) else None
 
     def detach(self) -> None:
         for inbox in self._inboxes:
@@ -356,12 +371,27 @@ class RootSource:
             return None
         at = self._chunk_at
         chunk = self._chunk
+        member = self._member
         if at >= len(chunk):
             if not self._refill():
+                if member is not None:
+                    assert self._aligner is not None
+                    self._aligner.ran_out(member)
                 return None
             at = 0
             chunk = self._chunk
         record = chunk[at]
+        if member is not None:
+            # Aligned: the record's key is the stream time it leaves this task at.
+            ts = record.timestamp
+            st = member.stream_time
+            leaves_at = ts if st is None or ts > st else st
+            aligner = self._aligner
+            assert aligner is not None
+            if (leaves_at > member.limit or member.epoch != aligner.epoch) and not aligner.admit(member, leaves_at):
+                return None
+            member.stream_time = leaves_at
+            member.moved = True
         self._chunk_at = at + 1
         owners = self._chunk_inboxes
         inbox = self._chunk_inbox if owners is None else owners[at]

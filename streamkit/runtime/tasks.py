@@ -38,6 +38,7 @@ from streamkit.agents.agent import Agent
 from streamkit.agents.channel import ChannelSource
 from streamkit.agents.replies import reply_address
 from streamkit.agents.stream import KeyFn, PartitionSet, Source, Stream, StreamEnd
+from streamkit.runtime.alignment import Aligner, Member
 from streamkit.runtime.context import TaskContext
 from streamkit.runtime.inbox import Inbox, RootSource, current_event
 from streamkit.runtime.transactions import in_task
@@ -85,6 +86,11 @@ class PartitionTask:
         # stood at the last one (when they moved since, the agent made progress).
         self._failure: AgentFailure | None = None
         self._failure_mark: tuple[int | None, ...] = ()
+        # Event-time alignment (``alignment.py``): the stream time the task starts from (the
+        # last commit's, set before ``start``) and its place in its aligner.
+        self.restored_stream_time: int | None = None
+        self.member: Member | None = None
+        self._aligner: Aligner | None = None
 
     def __repr__(self) -> str:
         return f"<PartitionTask {self.agent.name}[{self.partition}]>"
@@ -95,6 +101,16 @@ class PartitionTask:
         return inbox
 
     def start(self) -> None:
+        aligned = self.context.aligner_for(self.agent) if self.agent.concurrency == 1 else None
+        if aligned is not None:
+            aligner, rank = aligned
+            inboxes = [
+                self.inboxes[tp] for tp in (TopicPartition(t.name, self.partition) for t in self.agent.topics)
+                if tp in self.inboxes
+            ]
+            self._aligner = aligner
+            self.member = aligner.join(f"{self.agent.name}[{self.partition}]", (rank, self.partition), inboxes, self.wakeup)
+            self.member.stream_time = self.restored_stream_time
         for i in range(self.agent.concurrency):
             self._spawn(self._supervise(i), f"{self.agent.name}[{self.partition}]#{i}")
 
@@ -123,6 +139,8 @@ class PartitionTask:
         sources stay attached until ``close``, so commit positions still see what they hold."""
         self._stopping = True
         self._stopped.set()
+        if self.member is not None and self._aligner is not None:
+            self._aligner.leave(self.member)  # it holds nobody back from now on
         for source in self._sources:
             source.stopping = True
         self.wakeup.set()
@@ -249,6 +267,8 @@ class PartitionTask:
         agent = self.agent
         input_tps = [TopicPartition(t.name, self.partition) for t in agent.topics]
         source = self._source(instance, input_tps)
+        if instance == 0 and self.member is not None and self._aligner is not None:
+            source.align(self._aligner, self.member)
         partitions = PartitionSet(tp for tp in input_tps if tp in self.inboxes)
         while not self._stopping:
             self._hop_cursor[instance] = 0

@@ -45,6 +45,7 @@ from streamkit.agents.replies import encode_response, reply_topic
 from streamkit.app.application import App
 from streamkit.app.services import Service
 from streamkit.runtime import status
+from streamkit.runtime.alignment import Aligner, alignment_groups
 from streamkit.runtime.apptasks import AppTasks
 from streamkit.runtime.assignment import Assignment
 from streamkit.runtime.commits import Committer
@@ -152,7 +153,10 @@ class Worker:
             reply=self.reply,
             hop_topic=self.topology.hop_topic,
             partition_count_of=self.topology.partition_count_of,
+            aligner_for=lambda agent: self._aligners.get(agent.name),
         )
+        # Event-time alignment (``alignment.py``): agent name -> its group's aligner and rank.
+        self._aligners: dict[str, tuple[Aligner, int]] = {}
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
         self._fetcher: Fetcher | None = None
@@ -206,6 +210,7 @@ class Worker:
         self.topology.sender = self._sender
         self.app.sender = self._sender
         await self.topology.create_topics()
+        self._align()
         self.app.replies = ReplyConsumer(self.app, self.client)
         if self.app.conf.reply_create_topic:
             await self.app.replies.listen(self.app.reply_to)
@@ -235,6 +240,44 @@ class Worker:
             self._spawn(self.timers.run_forever(), "timers")
         # Faust's order: the app's tasks, then its services (``apptasks.py``).
         await self.app_tasks.start(self._spawn)
+
+    def _align(self) -> None:
+        """One aligner per group of agents whose tasks' outputs meet downstream."""
+        drift = self.app.conf.max_task_drift_ms
+        if drift is None:
+            return
+        agents = [a for a in self.app.agents.values() if a.in_channel is None]
+
+        def writes(agent: Agent) -> set[str]:
+            names = {sink.name for sink in agent.sinks if isinstance(sink, Topic)}
+            for hop in self.topology.hops.get(agent.name, []):
+                names.add(self.topology.hop_topic(agent, hop.topic, hop.name).name)
+            return names
+
+        for group in alignment_groups(agents, lambda a: set(self.agent_inputs(a)), writes):
+            aligner = Aligner(
+                "+".join(a.name for a in group),
+                drift_ms=int(drift),
+                idle_ms=int(self.app.conf.max_task_idle_ms),
+                lag_of=self._fetch_lag,
+            )
+            for rank, agent in enumerate(group):
+                self._aligners[agent.name] = (aligner, rank)
+
+    def _fetch_lag(self, tp: TopicPartition) -> int | None:
+        """Records of ``tp`` in the log past the fetch position (None: not known yet)."""
+        consumer = self._consumer
+        if consumer is None:
+            return None
+        hw, position = consumer.highwater(tp), consumer.position(tp)
+        return None if hw is None or position is None else max(0, hw - position)
+
+    def alignment(self) -> list[dict[str, Any]]:
+        """Each aligned group: its tasks' stream times and states (``/status``)."""
+        seen: dict[int, Aligner] = {}
+        for aligner, _rank in self._aligners.values():
+            seen.setdefault(id(aligner), aligner)
+        return [{"agents": a.name, **a.status()} for a in seen.values()]
 
     def _spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
@@ -428,6 +471,8 @@ class Worker:
                     self._producer.aclose(),
                 )
             self.app.sender = None
+            for aligner, _rank in self._aligners.values():
+                aligner.close()
             await deadline.run("closing the admin client", self.client.aclose())
             deadline.report()
 

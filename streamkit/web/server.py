@@ -230,6 +230,7 @@ class WebServer:
                 **w.guarantee_status(),
                 "committed": {str(tp): offset for tp, offset in sorted(w.committed.items())},
                 "lag": {str(tp): n for tp, n in sorted(w.lag().items())},
+                "alignment": w.alignment(),
                 "failing_agents": w.failing_agents(),
                 "stalled": {str(tp): why for tp, why in sorted(w.stalled().items())},
                 "partition_mismatches": w.partition_mismatches,

@@ -1,0 +1,358 @@
+"""Event-time alignment across a worker's tasks (``max_task_drift_ms``, ``max_task_idle_ms``).
+
+Catching up on history, each task of an agent would run through its own backlog: the one
+that feeds a repartition topic fastest writes minutes ahead of the others, the downstream
+task's stream time jumps with it, and what the others write afterwards for earlier times is
+late. An ``Aligner`` paces the tasks whose outputs meet downstream (the tasks of an agent
+that feeds a topic its app reads, and the agents feeding one agent's inputs) by event time.
+
+Each member (one task's root source) has a **stream time**: the largest timestamp it handed
+out, so far (Kafka Streams' partition time; restored at assignment from the commit's
+metadata, ``encode_stream_time``). The **key** of its next record is ``max(stream time,
+the record's timestamp)``. A member hands a record out only when its key is no later than the
+key of every other member with records, plus the drift; with a drift of 0, ties go to the
+member listed first (the lower partition): the records then leave the group in the order of
+``heapq.merge`` over the members' inputs by timestamp (``_core/order.py``: sorting by that
+key is the same order), the order the Spark backfill folds a repartition topic in.
+
+    >>> a = Aligner("counts", drift_ms=0, idle_ms=0, now_ms=lambda: 0)
+    >>> m0, m1 = a.join("stage[0]", (0, 0), [], None), a.join("stage[1]", (0, 1), [], None)
+    >>> m0.stream_time, m1.stream_time = 10, 4    # both have handed records out
+    >>> m0.next_ts = m1.next_ts = lambda: 7       # and hold one stamped 7
+    >>> a.admit(m0, 10), a.admit(m1, 7)           # key 10 waits for partition 1's 7
+    (False, True)
+
+A member with nothing to hand out holds back the records keyed after its stream time (it
+may still get earlier ones), as Kafka Streams' ``max.task.idle.ms`` does: while the log holds
+records of its partition not fetched yet (or does not say yet), for up to ``LAGGING_HOLD_S``;
+when it is caught up, for ``idle_ms`` (default 0: a live partition with nothing new holds
+nobody back). Past that it is **idle** and holds nobody back until records reach it again.
+Both changes are logged (at INFO once a minute per task at most) and shown by ``status``
+(``/status``).
+
+Members wait on their task's wake-up event: the member that holds another back wakes it when
+it stops (it waits itself, or runs out of records), and a timer wakes the members held back
+by an empty one when it turns idle. Only the members a task's first instance reads align
+(an agent with ``concurrency`` > 1 has no order to keep).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from streamkit._core.types import TopicPartition
+
+if TYPE_CHECKING:
+    from streamkit.runtime.inbox import Inbox, RootSource
+
+logger = logging.getLogger(__name__)
+LAGGING_HOLD_S = 30.0  # how long an empty member whose log holds more holds the others back
+LOG_EVERY_S = 60.0  # an idle/active change of one task is logged at INFO at most this often
+_NEVER = -(2**62)  # the bound of a member that never had a record: everything waits for it
+
+
+def _monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class Member:
+    """One task's root source in an aligner (see the module docstring)."""
+
+    __slots__ = (
+        "blocked_by",
+        "empty_since",
+        "epoch",
+        "idle",
+        "inboxes",
+        "limit",
+        "logged_at",
+        "moved",
+        "name",
+        "next_ts",
+        "order",
+        "source",
+        "stream_time",
+        "wakeup",
+    )
+
+    def __init__(self, name: str, order: tuple[int, int], inboxes: Sequence[Inbox], wakeup: asyncio.Event | None) -> None:
+        self.name = name
+        self.order = order
+        self.inboxes = list(inboxes)
+        self.wakeup = wakeup
+        self.source: RootSource | None = None
+        self.stream_time: int | None = None
+        self.empty_since: int | None = None  # monotonic ms it ran out of records (None: it has some)
+        self.idle = False
+        self.limit = _NEVER  # the largest key it may hand out without looking again
+        self.epoch = -1
+        self.blocked_by: Member | None = None
+        self.moved = False  # handed a record out since it last woke the ones it held back
+        self.logged_at = 0.0
+        self.next_ts: Callable[[], int | None] = self._next_ts
+
+    def _next_ts(self) -> int | None:
+        """The timestamp of the next record this member will hand out (None: none is here)."""
+        source = self.source
+        if source is not None:
+            ts = source.next_chunk_timestamp()
+            if ts is not None:
+                return ts
+        heads = [t for t in (inbox.head_timestamp() for inbox in self.inboxes) if t is not None]
+        return min(heads) if heads else None
+
+    def next_key(self) -> int | None:
+        ts = self.next_ts()
+        if ts is None:
+            return None
+        st = self.stream_time
+        return ts if st is None or ts > st else st
+
+    def __repr__(self) -> str:
+        return f"<Member {self.name} st={self.stream_time}>"
+
+
+class Aligner:
+    """Paces the members of one group of tasks by event time (see the module docstring)."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        drift_ms: int,
+        idle_ms: int,
+        lag_of: Callable[[TopicPartition], int | None] = lambda tp: 0,
+        now_ms: Callable[[], int] = _monotonic_ms,
+    ) -> None:
+        """``lag_of(tp)``: records of ``tp`` in the log past the fetch position (None: not
+        known yet)."""
+        self.name = name
+        self._lag_of = lag_of
+        self.drift_ms = drift_ms
+        self.idle_ms = idle_ms
+        self._now_ms = now_ms
+        self.members: list[Member] = []
+        self.epoch = 0  # bumped when a limit may go down: a member joins or stops being idle
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: int | None = None
+        self.waits = 0  # times a member was held back (``status``)
+
+    def join(self, name: str, order: tuple[int, int], inboxes: Sequence[Inbox], wakeup: asyncio.Event | None) -> Member:
+        member = Member(name, order, inboxes, wakeup)
+        member.empty_since = self._now_ms()
+        self.members.append(member)
+        self.members.sort(key=lambda m: m.order)
+        self.epoch += 1
+        return member
+
+    def leave(self, member: Member) -> None:
+        if member in self.members:
+            self.members.remove(member)
+            member.source = None
+            self._wake_held_by(member)
+
+    # -- the per-record check (``RootSource.get_nowait``) -----------------------------------
+
+    def admit(self, member: Member, key: int) -> bool:
+        """May ``member`` hand out a record keyed ``key``? When not, it waits: the member
+        holding it back is woken if it waits itself, so the earliest always runs."""
+        if member.empty_since is not None:
+            self._has_records(member)
+        limit, blocker = self._limit(member)
+        member.limit = limit
+        member.epoch = self.epoch
+        if key <= limit:
+            member.blocked_by = None
+            return True
+        self.waits += 1
+        member.blocked_by = blocker
+        if member.moved:
+            member.moved = False
+            self._wake_held_by(member)
+        if blocker is not None and blocker.blocked_by is not None and blocker.wakeup is not None:
+            blocker.wakeup.set()  # it waits on someone that moved since: let it look again
+        return False
+
+    def ran_out(self, member: Member) -> None:
+        """``member`` has nothing to hand out: it holds back only what is keyed after its
+        stream time, until it turns idle; the ones it held back look again."""
+        if member.empty_since is None:
+            member.empty_since = self._now_ms()
+        member.epoch = -1  # its next record takes the slow path: it has records again
+        if member.moved:
+            member.moved = False
+            self._wake_held_by(member)
+
+    def _has_records(self, member: Member) -> None:
+        member.empty_since = None
+        if member.idle:
+            member.idle = False
+            self.epoch += 1  # the others' limits may go down again
+            self._log(member, "has records again: the tasks aligned with it wait for it again")
+
+    def _limit(self, member: Member) -> tuple[int, Member | None]:
+        """The largest key ``member`` may hand out now, and the member that sets it."""
+        drift = self.drift_ms
+        now = self._now_ms()
+        limit: int | None = None
+        blocker: Member | None = None
+        for other in self.members:
+            if other is member:
+                continue
+            key = other.next_key()
+            if key is not None:
+                if other.empty_since is not None:
+                    self._has_records(other)
+                bound = key
+            else:
+                if other.empty_since is None:
+                    other.empty_since = now
+                if other.idle:
+                    continue
+                lagging = self._lagging(other)
+                hold_ms = int(LAGGING_HOLD_S * 1000) if lagging else self.idle_ms
+                if now - other.empty_since >= hold_ms:
+                    other.idle = True
+                    why = (
+                        f"the log holds more of its input but nothing reached it for {hold_ms} ms"
+                        if lagging
+                        else f"it is caught up and had nothing to process for {hold_ms} ms (max_task_idle_ms)"
+                    )
+                    self._log(other, f"is idle: {why}; it no longer holds back the tasks aligned with it")
+                    continue
+                self._wake_at(other.empty_since + hold_ms)
+                bound = _NEVER if other.stream_time is None else other.stream_time
+            if drift > 0:
+                bound += drift
+            elif member.order > other.order:
+                bound -= 1  # a tie goes to the member listed first
+            if limit is None or bound < limit:
+                limit, blocker = bound, other
+        return (2**62 if limit is None else limit), blocker
+
+    def _lagging(self, member: Member) -> bool:
+        """Does the log hold records of ``member``'s inputs not fetched yet (or not say)?"""
+        for inbox in member.inboxes:
+            lag = self._lag_of(inbox.tp)
+            if lag is None or lag > 0:
+                return True
+        return False
+
+    # -- waking ------------------------------------------------------------------------------
+
+    def _wake_held_by(self, member: Member) -> None:
+        for other in self.members:
+            if other.blocked_by is member and other.wakeup is not None:
+                other.wakeup.set()
+
+    def _wake_at(self, at_ms: int) -> None:
+        """Wake the waiting members at ``at_ms`` (when an empty member turns idle)."""
+        if self._timer_at is not None and self._timer_at <= at_ms:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._timer_at = at_ms
+        self._timer = loop.call_later(max(0.0, (at_ms - self._now_ms()) / 1000) + 0.001, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        for member in self.members:
+            if member.blocked_by is not None and member.wakeup is not None:
+                member.wakeup.set()
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    # -- report ------------------------------------------------------------------------------
+
+    def _log(self, member: Member, what: str) -> None:
+        now = time.monotonic()
+        level = logging.INFO if now - member.logged_at >= LOG_EVERY_S else logging.DEBUG
+        if level == logging.INFO:
+            member.logged_at = now
+        logger.log(level, "alignment %s: task %s %s", self.name, member.name, what)
+
+    def status(self) -> dict[str, Any]:
+        """The group as ``/status`` shows it: each task's stream time and state."""
+        tasks = []
+        now = self._now_ms()
+        for member in self.members:
+            if member.idle:
+                state = "idle"
+            elif member.blocked_by is not None:
+                state = f"waiting for {member.blocked_by.name}"
+            elif member.empty_since is not None:
+                state = f"empty for {now - member.empty_since} ms"
+            else:
+                state = "running"
+            tasks.append({"task": member.name, "stream_time": member.stream_time, "state": state})
+        return {
+            "drift_ms": self.drift_ms, "idle_ms": self.idle_ms, "waits": self.waits, "tasks": tasks,
+        }
+
+
+def encode_stream_time(stream_time: int) -> str:
+    """The commit metadata that keeps a partition's stream time across a restart."""
+    return json.dumps({"stream_time": stream_time}, separators=(",", ":"))
+
+
+def decode_stream_time(metadata: str | None) -> int | None:
+    """The stream time ``encode_stream_time`` wrote, or None (none, or not ours)."""
+    if not metadata:
+        return None
+    try:
+        found = json.loads(metadata)
+    except ValueError:
+        return None
+    value = found.get("stream_time") if isinstance(found, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def alignment_groups(
+    agents: Sequence[Any], reads: Callable[[Any], set[str]], writes: Callable[[Any], set[str]]
+) -> list[list[Any]]:
+    """The agents whose tasks align, in groups: an agent that writes a topic some agent of
+    the app reads (a repartition or ``through`` topic; ``writes`` includes its hop topics),
+    grouped with every agent writing the inputs of the same reader. Agents writing nothing
+    the app reads do not align: nothing downstream keeps a stream time of theirs.
+
+    >>> reads = {"left": {"a"}, "right": {"b"}, "join": {"a2", "b2"}, "solo": {"c"}}.get
+    >>> writes = {"left": {"a2"}, "right": {"b2"}, "join": {"out"}, "solo": {"d"}}.get
+    >>> alignment_groups(["left", "right", "join", "solo"], reads, writes)
+    [['left', 'right']]
+    """
+    parent: dict[int, int] = {}
+
+    def find(i: int) -> int:
+        while parent.setdefault(i, i) != i:
+            i = parent[i]
+        return i
+
+    read_by: dict[str, list[int]] = {}
+    for j, agent in enumerate(agents):
+        for topic in reads(agent):
+            read_by.setdefault(topic, []).append(j)
+    feeding: dict[int, list[int]] = {}  # reader -> the agents writing its inputs
+    for i, agent in enumerate(agents):
+        for topic in writes(agent):
+            for j in read_by.get(topic, []):
+                feeding.setdefault(j, []).append(i)
+    for writers in feeding.values():
+        for i in writers:
+            parent[find(i)] = find(writers[0])
+    groups: dict[int, list[Any]] = {}
+    for i in sorted({i for writers in feeding.values() for i in writers}):
+        groups.setdefault(find(i), []).append(agents[i])
+    return list(groups.values())
