@@ -47,6 +47,7 @@ from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberMetadata,
 )
 from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.errors import OffsetMetadataTooLargeError as KafkaOffsetMetadataTooLarge
 
 from streamkit._core.types import TopicPartition
 from streamkit.transport.base import (
@@ -62,6 +63,8 @@ from streamkit.transport.base import (
     TransactionalProducer,
     TransportError,
     check_isolation_level,
+    metadata_too_large,
+    with_metadata,
 )
 from streamkit.transport.kafka_tools import (
     BrokerUnreachableError,
@@ -556,7 +559,13 @@ class KafkaTransactionalProducer(KafkaProducer):
             self._touched = True
         await super().flush()
 
-    async def commit_transaction(self, offsets: Mapping[TopicPartition, int], group_id: str) -> None:
+    async def commit_transaction(
+        self,
+        offsets: Mapping[TopicPartition, int],
+        group_id: str,
+        metadata: Mapping[TopicPartition, str] | None = None,
+    ) -> None:
+        entries = with_metadata(offsets, metadata)
         try:
             await self.flush()
         except TransportError as exc:
@@ -574,11 +583,12 @@ class KafkaTransactionalProducer(KafkaProducer):
             return
         self._ending = True
         try:
-            if offsets:
-                await self._kafka().send_offsets_to_transaction(
-                    {KafkaTP(tp.topic, tp.partition): offset for tp, offset in offsets.items()}, group_id
-                )
+            if entries:
+                await self._send_offsets(entries, group_id)
             await self._kafka().commit_transaction()
+        except TransportError:  # from _send_offsets: the producer is marked for replacement
+            self._ending = False
+            raise
         except ProducerFenced as exc:
             self._fenced = self.fenced = True
             self._ending = False
@@ -593,6 +603,37 @@ class KafkaTransactionalProducer(KafkaProducer):
         finally:
             self._ending = False
         self._kick()
+
+    async def _send_offsets(self, entries: Mapping[TopicPartition, tuple[int, str]], group_id: str) -> None:
+        """Add ``entries`` (offset, metadata) to the transaction. aiokafka's sender task
+        raises on a TxnOffsetCommit error it does not retry (OFFSET_METADATA_TOO_LARGE among
+        them) and dies, leaving this call waiting forever: it waits on that task too, and
+        the producer is replaced at the abort that follows."""
+        producer = self._kafka()
+        adding = asyncio.ensure_future(producer.send_offsets_to_transaction(
+            {KafkaTP(tp.topic, tp.partition): entry for tp, entry in entries.items()}, group_id
+        ))
+        sender = getattr(getattr(producer, "_sender", None), "sender_task", None)
+        if isinstance(sender, asyncio.Future):
+            try:
+                await asyncio.wait([adding, sender], return_when=asyncio.FIRST_COMPLETED)
+            except asyncio.CancelledError:
+                adding.cancel()
+                raise
+        if not adding.done():
+            adding.cancel()
+            await asyncio.gather(adding, return_exceptions=True)
+            self._sender_failed()  # marks the producer for replacement
+            error = _sender_error(producer)
+            if isinstance(error, ProducerFenced):
+                raise ProducerFencedError(f"the transaction did not commit, the producer was fenced: {error}") from error
+            cause = error.__cause__ if error is not None and error.__cause__ is not None else error
+            if isinstance(cause, KafkaOffsetMetadataTooLarge):
+                raise metadata_too_large(
+                    {tp: text for tp, (_offset, text) in entries.items()}, "the transaction did not commit"
+                ) from cause
+            raise TransactionAbortedError(f"the transaction did not commit: the producer's sender failed: {cause!r}") from cause
+        adding.result()
 
     async def abort_transaction(self) -> None:
         self._ending = True
@@ -777,11 +818,18 @@ class KafkaConsumer:
                 self._positions[tp] = records[-1].offset + 1
         return out
 
-    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
-        if not offsets:
+    async def commit(
+        self, offsets: Mapping[TopicPartition, int], metadata: Mapping[TopicPartition, str] | None = None
+    ) -> None:
+        entries = with_metadata(offsets, metadata)
+        if not entries:
             return
         try:
-            await self._consumer.commit({KafkaTP(tp.topic, tp.partition): off for tp, off in offsets.items()})
+            await self._consumer.commit({KafkaTP(tp.topic, tp.partition): entry for tp, entry in entries.items()})
+        except KafkaOffsetMetadataTooLarge as exc:
+            # aiokafka names no partition; the largest metadata is the one refused, if any is.
+            largest = max(entries, key=lambda tp: len(entries[tp][1].encode()))
+            raise metadata_too_large({largest: entries[largest][1]}, f"commit of group {self.group_id!r} refused") from exc
         except KafkaError as exc:
             raise TransportError(f"commit failed: {exc}") from exc
 
@@ -790,6 +838,20 @@ class KafkaConsumer:
             await self.start()  # an unsubscribed member can still read the group's offsets
         result = await self._consumer.committed(KafkaTP(tp.topic, tp.partition))
         return None if result is None else int(result)
+
+    async def committed_metadata(self, tp: TopicPartition) -> str | None:
+        if not self._started:
+            await self.start()  # an unsubscribed member can still read the group's offsets
+        ktp = KafkaTP(tp.topic, tp.partition)
+        try:
+            # What aiokafka's ``committed`` asks (OffsetFetch), keeping the metadata it drops.
+            found = await self._consumer._coordinator.fetch_committed_offsets([ktp])
+        except KafkaError as exc:
+            raise TransportError(f"cannot read the committed offset of {tp}: {exc}") from exc
+        committed = found.get(ktp)
+        if committed is None or committed.offset < 0:
+            return None
+        return str(committed.metadata or "")
 
     def assignment(self) -> set[TopicPartition]:
         return {TopicPartition(tp.topic, tp.partition) for tp in self._consumer.assignment()}
