@@ -487,6 +487,13 @@ def _send_error(tp: tuple[str, int], exc: BaseException) -> TransportError:
     return TransportError(f"send to {tp[0]}-{tp[1]} failed: {exc!r}")
 
 
+def _largest(entries: Mapping[TopicPartition, tuple[int, str]]) -> dict[TopicPartition, str]:
+    """The partition with the longest metadata and its metadata: the one a log's
+    OFFSET_METADATA_TOO_LARGE refused (aiokafka's error names no partition)."""
+    tp = max(entries, key=lambda tp: len(entries[tp][1].encode()))
+    return {tp: entries[tp][1]}
+
+
 class KafkaTransactionalProducer(KafkaProducer):
     """A transactional producer through aiokafka (``TransactionalProducer``).
 
@@ -584,11 +591,10 @@ class KafkaTransactionalProducer(KafkaProducer):
         self._ending = True
         try:
             if entries:
-                await self._send_offsets(entries, group_id)
+                await self._kafka().send_offsets_to_transaction(
+                    {KafkaTP(tp.topic, tp.partition): entry for tp, entry in entries.items()}, group_id
+                )
             await self._kafka().commit_transaction()
-        except TransportError:  # from _send_offsets: the producer is marked for replacement
-            self._ending = False
-            raise
         except ProducerFenced as exc:
             self._fenced = self.fenced = True
             self._ending = False
@@ -596,6 +602,10 @@ class KafkaTransactionalProducer(KafkaProducer):
         except KafkaError as exc:
             self._fenced = True
             self._ending = False
+            if isinstance(exc.__cause__, KafkaOffsetMetadataTooLarge):
+                # aiokafka's sender task ends on this TxnOffsetCommit answer (it logs it as an
+                # unexpected error) and fails the transaction: abort_transaction replaces it.
+                raise metadata_too_large(_largest(entries), "the transaction did not commit") from exc
             raise TransactionAbortedError(f"the transaction did not commit: {exc!r}") from exc
         self.commits += 1
         try:
@@ -603,37 +613,6 @@ class KafkaTransactionalProducer(KafkaProducer):
         finally:
             self._ending = False
         self._kick()
-
-    async def _send_offsets(self, entries: Mapping[TopicPartition, tuple[int, str]], group_id: str) -> None:
-        """Add ``entries`` (offset, metadata) to the transaction. aiokafka's sender task
-        raises on a TxnOffsetCommit error it does not retry (OFFSET_METADATA_TOO_LARGE among
-        them) and dies, leaving this call waiting forever: it waits on that task too, and
-        the producer is replaced at the abort that follows."""
-        producer = self._kafka()
-        adding = asyncio.ensure_future(producer.send_offsets_to_transaction(
-            {KafkaTP(tp.topic, tp.partition): entry for tp, entry in entries.items()}, group_id
-        ))
-        sender = getattr(getattr(producer, "_sender", None), "sender_task", None)
-        if isinstance(sender, asyncio.Future):
-            try:
-                await asyncio.wait([adding, sender], return_when=asyncio.FIRST_COMPLETED)
-            except asyncio.CancelledError:
-                adding.cancel()
-                raise
-        if not adding.done():
-            adding.cancel()
-            await asyncio.gather(adding, return_exceptions=True)
-            self._sender_failed()  # marks the producer for replacement
-            error = _sender_error(producer)
-            if isinstance(error, ProducerFenced):
-                raise ProducerFencedError(f"the transaction did not commit, the producer was fenced: {error}") from error
-            cause = error.__cause__ if error is not None and error.__cause__ is not None else error
-            if isinstance(cause, KafkaOffsetMetadataTooLarge):
-                raise metadata_too_large(
-                    {tp: text for tp, (_offset, text) in entries.items()}, "the transaction did not commit"
-                ) from cause
-            raise TransactionAbortedError(f"the transaction did not commit: the producer's sender failed: {cause!r}") from cause
-        adding.result()
 
     async def abort_transaction(self) -> None:
         self._ending = True
@@ -827,9 +806,7 @@ class KafkaConsumer:
         try:
             await self._consumer.commit({KafkaTP(tp.topic, tp.partition): entry for tp, entry in entries.items()})
         except KafkaOffsetMetadataTooLarge as exc:
-            # aiokafka names no partition; the largest metadata is the one refused, if any is.
-            largest = max(entries, key=lambda tp: len(entries[tp][1].encode()))
-            raise metadata_too_large({largest: entries[largest][1]}, f"commit of group {self.group_id!r} refused") from exc
+            raise metadata_too_large(_largest(entries), f"commit of group {self.group_id!r} refused") from exc
         except KafkaError as exc:
             raise TransportError(f"commit failed: {exc}") from exc
 

@@ -134,9 +134,12 @@ async def test_a_transaction_commits_offsets_with_metadata(client: LogClient, un
     assert await _read_back(client, group, [p0, p1]) == {p0: (7, "st=1700000000777"), p1: (2, "")}
 
 
-async def test_an_aborted_transaction_s_metadata_is_never_seen(client: LogClient, unique: str) -> None:
+@pytest.mark.parametrize("records", [True, False], ids=["records", "offsets-only"])
+async def test_an_aborted_transaction_s_metadata_is_never_seen(client: LogClient, unique: str, records: bool) -> None:
     """A transaction whose offsets reached the log (p0's) but that could not commit (p1's
-    metadata too large) is aborted: p0 keeps the offset and metadata of the last commit."""
+    metadata too large) is aborted: p0 keeps the offset and metadata of the last commit, also
+    after the next transaction (which commits p1 alone) commits. With records in the
+    transaction or offsets alone (then the log knows the transaction only by its offsets)."""
     topic, group = f"{unique}-in", f"{unique}-g"
     await client.ensure_topic(topic, 2)
     await client.ensure_topic(f"{unique}-out", 1)
@@ -145,19 +148,20 @@ async def test_an_aborted_transaction_s_metadata_is_never_seen(client: LogClient
     await producer.start()
     try:
         await producer.commit_transaction({p0: 4}, group, metadata={p0: "st=first"})
-        await producer.send(f"{unique}-out", b"k", b"lost", partition=0)
+        if records:
+            await producer.send(f"{unique}-out", b"k", b"lost", partition=0)
         with pytest.raises(OffsetMetadataTooLargeError, match=rf"OFFSET_METADATA_TOO_LARGE.*{p1}"):
             await producer.commit_transaction(
                 {p0: 8, p1: 8}, group, metadata={p0: "st=aborted", p1: "y" * (MAX_BYTES + 1)}
             )
         await producer.abort_transaction()
         assert await _read_back(client, group, [p0, p1]) == {p0: (4, "st=first"), p1: (None, None)}
-        # The producer goes on: the next transaction commits.
+        # The producer goes on: the next transaction commits, and only what it holds.
         await producer.send(f"{unique}-out", b"k", b"kept", partition=0)
-        await producer.commit_transaction({p0: 9, p1: 9}, group, metadata={p0: "st=next", p1: "st=next"})
+        await producer.commit_transaction({p1: 9}, group, metadata={p1: "st=next"})
     finally:
         await producer.aclose()
-    assert await _read_back(client, group, [p0, p1]) == {p0: (9, "st=next"), p1: (9, "st=next")}
+    assert await _read_back(client, group, [p0, p1]) == {p0: (4, "st=first"), p1: (9, "st=next")}
 
 
 @pytest.mark.parametrize("log", ["embedded", "broker"])
