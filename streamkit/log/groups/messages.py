@@ -83,8 +83,8 @@ class GroupConfig:
 def metadata_fits(metadata: str, max_bytes: int = OFFSET_METADATA_MAX_BYTES) -> bool:
     """Whether commit ``metadata`` may be stored: at most ``max_bytes`` bytes of UTF-8.
 
-    Kafka counts a Java string's length (UTF-16 units); counting bytes is as strict or
-    stricter, and equal for ASCII, which is what the runtime writes.
+    Kafka counts a Java string's length (UTF-16 units); counting bytes is at least as
+    strict, and the same for ASCII, which is what the runtime writes.
 
     >>> metadata_fits("x" * 4096), metadata_fits("x" * 4097), metadata_fits("é" * 2049)
     (True, False, False)

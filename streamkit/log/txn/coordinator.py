@@ -5,10 +5,11 @@ partitions and groups (``txn_log.TxnEntry``), and ends transactions by writing C
 ABORT control batches (``records.control_batch``) to every partition in them, through
 ``ProducerStates`` so the partitions' last stable offsets and aborted-transaction lists
 follow. Offsets sent with TxnOffsetCommit wait here and reach the group offset store only
-when their transaction commits; one whose metadata is longer than ``offset_metadata_max_bytes``
-(the group coordinator's limit, Kafka's ``offset.metadata.max.bytes``) is refused
-OFFSET_METADATA_TOO_LARGE for its partition and never held. Requests answer with a ``TxnErrorCode`` (``errors.py``),
-which the wire server copies into its responses.
+when their transaction commits; one whose metadata is longer than
+``offset_metadata_max_bytes`` (the group coordinator's limit, Kafka's
+``offset.metadata.max.bytes``) is refused OFFSET_METADATA_TOO_LARGE for its partition and
+never held. Requests answer with a ``TxnErrorCode`` (``errors.py``), which the wire server
+copies into its responses.
 
 Invariants:
 
