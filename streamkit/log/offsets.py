@@ -7,7 +7,10 @@ never touch the disk.
 
 Record layout (JSON, via msgspec): key ``["group", "topic", partition]``; value
 ``{"offset": int, "metadata": str, "commit_timestamp_ms": int}``, or null to forget a
-committed offset.
+committed offset. The metadata is the committer's string (the runtime keeps a partition's
+stream time there), stored and returned as given; the store does not limit it: the group and
+transaction coordinators refuse one longer than ``offset.metadata.max.bytes`` before it gets
+here. Every value this module ever wrote has the field; one without it reads as "".
 """
 
 from __future__ import annotations
@@ -34,9 +37,11 @@ class OffsetAndMetadata(NamedTuple):
     commit_timestamp_ms: int
 
 
-class _Value(msgspec.Struct):
+class _Value(msgspec.Struct, kw_only=True):
     offset: int
-    metadata: str
+    # Always written; a value without it reads as "" (no metadata) rather than being
+    # skipped, which would lose its offset.
+    metadata: str = ""
     commit_timestamp_ms: int
 
 
@@ -98,7 +103,7 @@ class GroupOffsets:
         records = [
             NewRecord(
                 _encode((group_id, tp.topic, tp.partition)),
-                _encode(_Value(offset, metadata, now)),
+                _encode(_Value(offset=offset, metadata=metadata, commit_timestamp_ms=now)),
                 now,
             )
             for tp, (offset, metadata) in offsets.items()

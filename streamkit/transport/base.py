@@ -9,7 +9,12 @@ Both drivers give the same guarantees:
 * a record's partition is chosen by the engine's partitioner (murmur2 of the key bytes, as
   Kafka's clients do), so the embedded log and a Kafka cluster place keys alike;
 * ``Consumer.getmany`` returns records of assigned partitions in offset order per
-  partition; ``commit`` stores "next offset to read" per partition, Kafka's convention.
+  partition; ``commit`` stores "next offset to read" per partition, Kafka's convention,
+  with a short metadata string per partition if asked (the runtime keeps each source
+  partition's stream time there, as Kafka Streams does); ``committed_metadata`` reads it back.
+  The log refuses metadata longer than its ``offset.metadata.max.bytes`` (Kafka's default and
+  the embedded log's: 4096 bytes of UTF-8) with ``OffsetMetadataTooLargeError`` and keeps the
+  partition's previous commit.
 """
 
 from __future__ import annotations
@@ -30,6 +35,14 @@ class TransportError(StreamkitError):
     """A log operation failed in the transport (retriable unless stated)."""
 
     retriable = True
+
+
+class OffsetMetadataTooLargeError(TransportError):
+    """The log refused a commit's metadata as longer than its ``offset.metadata.max.bytes``
+    (Kafka's OFFSET_METADATA_TOO_LARGE): nothing was stored for the partitions it names, which
+    keep their previous commit. Not retriable: the same commit is refused again."""
+
+    retriable = False
 
 
 class TransactionAbortedError(TransportError):
@@ -53,6 +66,38 @@ def check_isolation_level(isolation_level: str) -> str:
             f"isolation_level must be one of {', '.join(ISOLATION_LEVELS)}, not {isolation_level!r}"
         )
     return isolation_level
+
+
+def with_metadata(
+    offsets: Mapping[TopicPartition, int], metadata: Mapping[TopicPartition, str] | None
+) -> dict[TopicPartition, tuple[int, str]]:
+    """``(offset, metadata)`` per partition to commit, "" where ``metadata`` has none (a commit
+    replaces a partition's metadata, as in Kafka). Metadata for a partition not in
+    ``offsets`` is refused: it would be dropped without a word.
+
+    >>> tp = TopicPartition("t", 0)
+    >>> with_metadata({tp: 5}, {tp: "st=1700000000000"})
+    {TopicPartition(topic='t', partition=0): (5, 'st=1700000000000')}
+    >>> with_metadata({tp: 5}, None)
+    {TopicPartition(topic='t', partition=0): (5, '')}
+    """
+    metadata = metadata or {}
+    stray = sorted(tp for tp in metadata if tp not in offsets)
+    if stray:
+        raise TransportError(f"metadata for {', '.join(map(str, stray))} but no offset to commit there")
+    for tp, text in metadata.items():
+        if not isinstance(text, str):
+            raise TransportError(f"the metadata of {tp} must be a str, not {type(text).__name__}")
+    return {tp: (offset, metadata.get(tp, "")) for tp, offset in offsets.items()}
+
+
+def metadata_too_large(refused: Mapping[TopicPartition, str], where: str) -> OffsetMetadataTooLargeError:
+    """The error for metadata the log refused, naming each partition and its size."""
+    sizes = ", ".join(f"{tp} ({len(text.encode())} bytes)" for tp, text in sorted(refused.items()))
+    return OffsetMetadataTooLargeError(
+        f"{where}: OFFSET_METADATA_TOO_LARGE: the metadata of {sizes} is longer than the log's "
+        "offset.metadata.max.bytes; the previous commit stays"
+    )
 
 
 class ConsumerRecord(Protocol):
@@ -182,10 +227,18 @@ class TransactionalProducer(Producer, Protocol):
     @property
     def transaction_open(self) -> bool: ...
 
-    async def commit_transaction(self, offsets: Mapping[TopicPartition, int], group_id: str) -> None:
+    async def commit_transaction(
+        self,
+        offsets: Mapping[TopicPartition, int],
+        group_id: str,
+        metadata: Mapping[TopicPartition, str] | None = None,
+    ) -> None:
         """Flush, then commit the open transaction with ``offsets`` as ``group_id``'s
-        committed offsets. Raises ``TransactionAbortedError`` (``ProducerFencedError``) when
-        it could not commit: call ``abort_transaction`` and redo from the last commit."""
+        committed offsets, each with its ``metadata`` ("" where none is given). Raises
+        ``TransactionAbortedError`` (``ProducerFencedError``) when it could not commit: call
+        ``abort_transaction`` and redo from the last commit. Raises
+        ``OffsetMetadataTooLargeError`` when the log refused a metadata: nothing of the
+        transaction is committed; call ``abort_transaction`` before going on."""
         ...
 
     async def abort_transaction(self) -> None:
@@ -213,9 +266,21 @@ class Consumer(Protocol):
         self, timeout_ms: int, max_records: int
     ) -> Mapping[TopicPartition, Sequence[ConsumerRecord]]: ...
 
-    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None: ...
+    async def commit(
+        self, offsets: Mapping[TopicPartition, int], metadata: Mapping[TopicPartition, str] | None = None
+    ) -> None:
+        """Commit ``offsets`` for the group, each with its ``metadata`` ("" where none is
+        given). Metadata longer than the log allows raises ``OffsetMetadataTooLargeError``;
+        those partitions keep their previous commit."""
+        ...
 
     async def committed(self, tp: TopicPartition) -> int | None: ...
+
+    async def committed_metadata(self, tp: TopicPartition) -> str | None:
+        """The metadata of the group's committed offset for ``tp`` (a transaction's
+        included, once committed); None when nothing is committed, "" when it was
+        committed without metadata."""
+        ...
 
     def assignment(self) -> set[TopicPartition]: ...
 

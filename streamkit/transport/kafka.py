@@ -47,6 +47,7 @@ from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberMetadata,
 )
 from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.errors import OffsetMetadataTooLargeError as KafkaOffsetMetadataTooLarge
 
 from streamkit._core.types import TopicPartition
 from streamkit.transport.base import (
@@ -62,6 +63,8 @@ from streamkit.transport.base import (
     TransactionalProducer,
     TransportError,
     check_isolation_level,
+    metadata_too_large,
+    with_metadata,
 )
 from streamkit.transport.kafka_tools import (
     BrokerUnreachableError,
@@ -484,6 +487,13 @@ def _send_error(tp: tuple[str, int], exc: BaseException) -> TransportError:
     return TransportError(f"send to {tp[0]}-{tp[1]} failed: {exc!r}")
 
 
+def _largest(entries: Mapping[TopicPartition, tuple[int, str]]) -> dict[TopicPartition, str]:
+    """The partition with the longest metadata and its metadata: the one a log's
+    OFFSET_METADATA_TOO_LARGE refused (aiokafka's error names no partition)."""
+    tp = max(entries, key=lambda tp: len(entries[tp][1].encode()))
+    return {tp: entries[tp][1]}
+
+
 class KafkaTransactionalProducer(KafkaProducer):
     """A transactional producer through aiokafka (``TransactionalProducer``).
 
@@ -556,7 +566,13 @@ class KafkaTransactionalProducer(KafkaProducer):
             self._touched = True
         await super().flush()
 
-    async def commit_transaction(self, offsets: Mapping[TopicPartition, int], group_id: str) -> None:
+    async def commit_transaction(
+        self,
+        offsets: Mapping[TopicPartition, int],
+        group_id: str,
+        metadata: Mapping[TopicPartition, str] | None = None,
+    ) -> None:
+        entries = with_metadata(offsets, metadata)
         try:
             await self.flush()
         except TransportError as exc:
@@ -574,9 +590,9 @@ class KafkaTransactionalProducer(KafkaProducer):
             return
         self._ending = True
         try:
-            if offsets:
+            if entries:
                 await self._kafka().send_offsets_to_transaction(
-                    {KafkaTP(tp.topic, tp.partition): offset for tp, offset in offsets.items()}, group_id
+                    {KafkaTP(tp.topic, tp.partition): entry for tp, entry in entries.items()}, group_id
                 )
             await self._kafka().commit_transaction()
         except ProducerFenced as exc:
@@ -586,6 +602,10 @@ class KafkaTransactionalProducer(KafkaProducer):
         except KafkaError as exc:
             self._fenced = True
             self._ending = False
+            if isinstance(exc.__cause__, KafkaOffsetMetadataTooLarge):
+                # aiokafka's sender task ends on this TxnOffsetCommit answer (it logs it as an
+                # unexpected error) and fails the transaction: abort_transaction replaces it.
+                raise metadata_too_large(_largest(entries), "the transaction did not commit") from exc
             raise TransactionAbortedError(f"the transaction did not commit: {exc!r}") from exc
         self.commits += 1
         try:
@@ -777,11 +797,16 @@ class KafkaConsumer:
                 self._positions[tp] = records[-1].offset + 1
         return out
 
-    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
-        if not offsets:
+    async def commit(
+        self, offsets: Mapping[TopicPartition, int], metadata: Mapping[TopicPartition, str] | None = None
+    ) -> None:
+        entries = with_metadata(offsets, metadata)
+        if not entries:
             return
         try:
-            await self._consumer.commit({KafkaTP(tp.topic, tp.partition): off for tp, off in offsets.items()})
+            await self._consumer.commit({KafkaTP(tp.topic, tp.partition): entry for tp, entry in entries.items()})
+        except KafkaOffsetMetadataTooLarge as exc:
+            raise metadata_too_large(_largest(entries), f"commit of group {self.group_id!r} refused") from exc
         except KafkaError as exc:
             raise TransportError(f"commit failed: {exc}") from exc
 
@@ -790,6 +815,20 @@ class KafkaConsumer:
             await self.start()  # an unsubscribed member can still read the group's offsets
         result = await self._consumer.committed(KafkaTP(tp.topic, tp.partition))
         return None if result is None else int(result)
+
+    async def committed_metadata(self, tp: TopicPartition) -> str | None:
+        if not self._started:
+            await self.start()  # an unsubscribed member can still read the group's offsets
+        ktp = KafkaTP(tp.topic, tp.partition)
+        try:
+            # What aiokafka's ``committed`` asks (OffsetFetch), keeping the metadata it drops.
+            found = await self._consumer._coordinator.fetch_committed_offsets([ktp])
+        except KafkaError as exc:
+            raise TransportError(f"cannot read the committed offset of {tp}: {exc}") from exc
+        committed = found.get(ktp)
+        if committed is None or committed.offset < 0:
+            return None
+        return str(committed.metadata or "")
 
     def assignment(self) -> set[TopicPartition]:
         return {TopicPartition(tp.topic, tp.partition) for tp in self._consumer.assignment()}

@@ -134,3 +134,20 @@ def test_a_foreign_record_in_the_offsets_topic_is_skipped_not_fatal(tmp_path: Pa
     with LogManager(tmp_path, background=False) as log:
         assert log.offsets.skipped == 1
         assert log.offsets.fetch("g") == {TopicPartition("t", 0): (5, "")}
+
+
+def test_offsets_written_before_metadata_was_used_load(open_log: OpenLog) -> None:
+    """Data directories written before the runtime put stream time into commit metadata load
+    unchanged: their values carry ``"metadata": ""`` (read back as ""), and a value without
+    the field at all is read as "" too rather than skipped (its offset would be lost)."""
+    from streamkit.log.records import NewRecord
+
+    log = open_log()
+    log.partition(OFFSETS_TOPIC, 0).append_records([
+        NewRecord(b'["g","a",0]', b'{"offset":5,"metadata":"","commit_timestamp_ms":1}', 1),
+        NewRecord(b'["g","a",1]', b'{"offset":7,"commit_timestamp_ms":1}', 1),
+    ])
+    log.close()
+    again = open_log()
+    assert again.offsets.skipped == 0
+    assert again.offsets.fetch("g") == {A0: (5, ""), A1: (7, "")}

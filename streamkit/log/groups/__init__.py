@@ -19,6 +19,7 @@ from streamkit.log.groups.errors import (
 )
 from streamkit.log.groups.group import Group
 from streamkit.log.groups.messages import (
+    OFFSET_METADATA_MAX_BYTES,
     Delivery,
     GroupConfig,
     GroupDescription,
@@ -36,11 +37,13 @@ from streamkit.log.groups.messages import (
     Parked,
     Step,
     SyncGroupResult,
+    metadata_fits,
 )
 from streamkit.log.groups.registry import GroupRegistry
 from streamkit.log.groups.store import GroupOffsetStore, MemoryOffsetStore
 
 __all__ = [
+    "OFFSET_METADATA_MAX_BYTES",
     "CoordinatorClosedError",
     "Delivery",
     "Group",
@@ -66,4 +69,5 @@ __all__ = [
     "Parked",
     "Step",
     "SyncGroupResult",
+    "metadata_fits",
 ]

@@ -47,6 +47,7 @@ from streamkit.log.groups.messages import (
     Parked,
     Step,
     SyncGroupResult,
+    metadata_fits,
 )
 from streamkit.log.groups.registry import GroupRegistry
 from streamkit.log.groups.store import GroupOffsetStore
@@ -268,7 +269,7 @@ class GroupCoordinator:
         errors: dict[TopicPartition, GroupErrorCode] = {}
         accepted: dict[TopicPartition, tuple[int, str]] = {}
         for tp, (offset, metadata) in offsets.items():
-            if len(metadata.encode()) > limit:
+            if not metadata_fits(metadata, limit):
                 errors[tp] = E.OFFSET_METADATA_TOO_LARGE
             else:
                 errors[tp] = E.NONE

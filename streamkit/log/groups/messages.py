@@ -26,6 +26,9 @@ from streamkit.log.groups.errors import GroupErrorCode
 NO_GENERATION = -1
 """The generation of a result that carries none, and of a "simple consumer" commit."""
 
+OFFSET_METADATA_MAX_BYTES = 4_096
+"""Kafka's default ``offset.metadata.max.bytes``: the longest commit metadata stored."""
+
 R = TypeVar("R")
 
 Protocols = tuple[tuple[str, bytes], ...]
@@ -59,8 +62,9 @@ class GroupConfig:
     waits for more members. Kafka's default is 3000; 0 answers the first member at once."""
     new_member_join_timeout_ms: int = 300_000
     """How long a brand-new member's parked JoinGroup keeps it alive (Kafka: 5 minutes)."""
-    offset_metadata_max_bytes: int = 4_096
-    """``offset.metadata.max.bytes``: longer commit metadata gets OFFSET_METADATA_TOO_LARGE."""
+    offset_metadata_max_bytes: int = OFFSET_METADATA_MAX_BYTES
+    """``offset.metadata.max.bytes``: longer commit metadata gets OFFSET_METADATA_TOO_LARGE,
+    in OffsetCommit and TxnOffsetCommit alike (``metadata_fits``)."""
 
     def __post_init__(self) -> None:
         if not 0 < self.min_session_timeout_ms <= self.max_session_timeout_ms:
@@ -74,6 +78,18 @@ class GroupConfig:
 
     def session_timeout_valid(self, session_timeout_ms: int) -> bool:
         return self.min_session_timeout_ms <= session_timeout_ms <= self.max_session_timeout_ms
+
+
+def metadata_fits(metadata: str, max_bytes: int = OFFSET_METADATA_MAX_BYTES) -> bool:
+    """Whether commit ``metadata`` may be stored: at most ``max_bytes`` bytes of UTF-8.
+
+    Kafka counts a Java string's length (UTF-16 units); counting bytes is at least as
+    strict, and the same for ASCII, which is what the runtime writes.
+
+    >>> metadata_fits("x" * 4096), metadata_fits("x" * 4097), metadata_fits("é" * 2049)
+    (True, False, False)
+    """
+    return len(metadata.encode()) <= max_bytes
 
 
 @dataclass(frozen=True)

@@ -149,7 +149,9 @@ class Broker:
         )
         if self.config.transactions:
             state.transactions = TransactionCoordinator(
-                log, producers, state.producer_ids, state.run_blocking
+                log, producers, state.producer_ids, state.run_blocking,
+                # One limit for OffsetCommit and TxnOffsetCommit, as Kafka's GroupCoordinator has.
+                offset_metadata_max_bytes=coordinator.config.offset_metadata_max_bytes,
             )
         if self.config.durable:
             state.group_sync = GroupSync(state.run_blocking)

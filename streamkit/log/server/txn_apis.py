@@ -82,17 +82,18 @@ async def txn_offset_commit(
         for t in request.topics
         for p in t.partitions
     }
-    error = txn_code(
-        _coordinator(state).txn_offset_commit(
-            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id, offsets
-        )
+    errors = _coordinator(state).txn_offset_commit(
+        request.transactional_id, request.producer_id, request.producer_epoch, request.group_id, offsets
     )
     return TxnOffsetCommitResponse(
         topics=[
             TxnOffsetCommitResponseTopic(
                 name=t.name,
                 partitions=[
-                    TxnOffsetCommitResponsePartition(partition_index=p.partition_index, error_code=error)
+                    TxnOffsetCommitResponsePartition(
+                        partition_index=p.partition_index,
+                        error_code=txn_code(errors[TopicPartition(t.name, p.partition_index)]),
+                    )
                     for p in t.partitions
                 ],
             )

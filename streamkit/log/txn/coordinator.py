@@ -5,8 +5,11 @@ partitions and groups (``txn_log.TxnEntry``), and ends transactions by writing C
 ABORT control batches (``records.control_batch``) to every partition in them, through
 ``ProducerStates`` so the partitions' last stable offsets and aborted-transaction lists
 follow. Offsets sent with TxnOffsetCommit wait here and reach the group offset store only
-when their transaction commits. Requests answer with a ``TxnErrorCode`` (``errors.py``),
-which the wire server copies into its responses.
+when their transaction commits; one whose metadata is longer than
+``offset_metadata_max_bytes`` (the group coordinator's limit, Kafka's
+``offset.metadata.max.bytes``) is refused OFFSET_METADATA_TOO_LARGE for its partition and
+never held. Requests answer with a ``TxnErrorCode`` (``errors.py``), which the wire server
+copies into its responses.
 
 Invariants:
 
@@ -24,12 +27,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from streamkit._core.clock import SYSTEM_CLOCK, Clock
 from streamkit._core.types import TopicPartition
 from streamkit.log.errors import LogError, UnknownTopicError
+from streamkit.log.groups.messages import OFFSET_METADATA_MAX_BYTES, metadata_fits
 from streamkit.log.manager import INTERNAL_TOPICS, LogManager
 from streamkit.log.producers import ProducerIdAllocator, ProducerStates
 from streamkit.log.records import BatchHeader, check_batch, control_batch
@@ -53,8 +57,10 @@ class TransactionCoordinator:
         run_blocking: RunBlocking,
         *,
         clock: Clock = SYSTEM_CLOCK,
+        offset_metadata_max_bytes: int = OFFSET_METADATA_MAX_BYTES,
     ) -> None:
         self._log = log
+        self.offset_metadata_max_bytes = offset_metadata_max_bytes
         self._producers = producers
         self._producer_ids = producer_ids
         self._run_blocking = run_blocking
@@ -208,16 +214,24 @@ class TransactionCoordinator:
         producer_id: int,
         epoch: int,
         group_id: str,
-        offsets: dict[TopicPartition, tuple[int, str]],
-    ) -> TxnErrorCode:
-        """Hold ``offsets`` until the transaction ends (no await: atomic on the loop)."""
+        offsets: Mapping[TopicPartition, tuple[int, str]],
+    ) -> dict[TopicPartition, TxnErrorCode]:
+        """Hold ``offsets`` until the transaction ends (no await: atomic on the loop); the
+        error of each partition. A refused request holds none; a metadata too long is
+        refused for its partition alone (Kafka's GroupCoordinator), the others are held."""
         error, entry = self._check(transactional_id, producer_id, epoch)
+        if entry is not None and (entry.state is not TxnState.ONGOING or group_id not in entry.groups):
+            error, entry = TxnErrorCode.INVALID_TXN_STATE, None
         if entry is None:
-            return error
-        if entry.state is not TxnState.ONGOING or group_id not in entry.groups:
-            return TxnErrorCode.INVALID_TXN_STATE
-        self._pending.setdefault(transactional_id, {}).setdefault(group_id, {}).update(offsets)
-        return TxnErrorCode.NONE
+            return {tp: error for tp in offsets}
+        errors = {
+            tp: TxnErrorCode.NONE if metadata_fits(meta, self.offset_metadata_max_bytes)
+            else TxnErrorCode.OFFSET_METADATA_TOO_LARGE
+            for tp, (_offset, meta) in offsets.items()
+        }
+        held = {tp: value for tp, value in offsets.items() if errors[tp] is TxnErrorCode.NONE}
+        self._pending.setdefault(transactional_id, {}).setdefault(group_id, {}).update(held)
+        return errors
 
     async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> TxnErrorCode:
         async with self._lock(transactional_id):

@@ -23,6 +23,7 @@ from streamkit._core.clock import SYSTEM_CLOCK, Clock
 from streamkit._core.types import TopicPartition
 from streamkit.log.errors import LogError
 from streamkit.log.groups.coordinator import GroupCoordinator
+from streamkit.log.groups.messages import OFFSET_METADATA_MAX_BYTES
 from streamkit.log.manager import LogManager
 from streamkit.log.producers import ProducerIdAllocator, ProducerStates
 from streamkit.log.txn import TransactionCoordinator
@@ -119,6 +120,12 @@ class EmbeddedLogClient:
             await asyncio.to_thread(manager.open)
         manager.add_append_listener(self._on_append)
         self._log = manager
+
+    def offset_metadata_max_bytes(self) -> int:
+        """The longest commit metadata the log stores: the served broker's group coordinator's
+        limit, else Kafka's default (the transaction coordinator of this client has it too)."""
+        coordinator = self.group_coordinator()
+        return OFFSET_METADATA_MAX_BYTES if coordinator is None else coordinator.config.offset_metadata_max_bytes
 
     def group_coordinator(self) -> GroupCoordinator | None:
         """The served broker's group coordinator, which this process's consumers join as

@@ -16,10 +16,17 @@ from typing import TYPE_CHECKING
 
 from streamkit._core.types import TopicPartition
 from streamkit.log.errors import LogError, OffsetOutOfRangeError, UnknownTopicError
+from streamkit.log.groups.messages import metadata_fits
 from streamkit.log.partition import Partition
 from streamkit.log.producers import ProducerStates
 from streamkit.log.records import Record, decode_batches
-from streamkit.transport.base import READ_COMMITTED, RebalanceListener, TransportError
+from streamkit.transport.base import (
+    READ_COMMITTED,
+    RebalanceListener,
+    TransportError,
+    metadata_too_large,
+    with_metadata,
+)
 from streamkit.transport.embedded.group import HEARTBEAT_INTERVAL_S, GroupMembership
 from streamkit.transport.embedded.reader import (
     MAX_FETCH_BYTES,
@@ -282,11 +289,25 @@ class EmbeddedConsumer:
                 self._positions[tp] = next_offset(data, position)
         return out
 
-    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
-        if offsets:
-            entries = {tp: (offset, "") for tp, offset in offsets.items()}
-            await asyncio.to_thread(self._client.log.offsets.commit, self.group_id, entries)
+    async def commit(
+        self, offsets: Mapping[TopicPartition, int], metadata: Mapping[TopicPartition, str] | None = None
+    ) -> None:
+        """Store ``offsets`` with their metadata in the log's group offsets. Metadata longer
+        than the group coordinator's ``offset_metadata_max_bytes`` is refused for its
+        partition alone, as a Kafka broker answers OffsetCommit: the others are stored."""
+        entries = with_metadata(offsets, metadata)
+        limit = self._client.offset_metadata_max_bytes()
+        refused = {tp: text for tp, (_offset, text) in entries.items() if not metadata_fits(text, limit)}
+        accepted = {tp: entry for tp, entry in entries.items() if tp not in refused}
+        if accepted:
+            await asyncio.to_thread(self._client.log.offsets.commit, self.group_id, accepted)
+        if refused:
+            raise metadata_too_large(refused, f"commit of group {self.group_id!r} refused")
 
     async def committed(self, tp: TopicPartition) -> int | None:
         found = self._client.log.offsets.fetch(self.group_id, [tp])
         return found[tp][0] if tp in found else None
+
+    async def committed_metadata(self, tp: TopicPartition) -> str | None:
+        found = self._client.log.offsets.fetch(self.group_id, [tp])
+        return found[tp][1] if tp in found else None

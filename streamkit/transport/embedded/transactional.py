@@ -25,6 +25,8 @@ from streamkit.transport.base import (
     ProducerFencedError,
     TransactionAbortedError,
     TransportError,
+    metadata_too_large,
+    with_metadata,
 )
 from streamkit.transport.embedded.producer import BufferedBatch, EmbeddedProducer
 
@@ -55,6 +57,9 @@ class EmbeddedTransactionalProducer(EmbeddedProducer):
         self._epoch = -1
         self._sequences: dict[TopicPartition, int] = {}
         self._in_txn: set[TopicPartition] = set()
+        # Offsets were added to the open transaction (AddOffsetsToTxn): it is open at the
+        # coordinator even without a record, so an abort must end it there.
+        self._offsets_added = False
         self._tail: asyncio.Future[None] | None = None
         self._coordinator: TransactionCoordinator | None = None
         self._states: ProducerStates | None = None
@@ -74,7 +79,7 @@ class EmbeddedTransactionalProducer(EmbeddedProducer):
 
     @property
     def transaction_open(self) -> bool:
-        return bool(self._in_txn)
+        return bool(self._in_txn) or self._offsets_added
 
     async def start(self) -> None:
         self._coordinator = await self._client.transaction_coordinator()
@@ -89,6 +94,7 @@ class EmbeddedTransactionalProducer(EmbeddedProducer):
         self._producer_id, self._epoch = pid, epoch
         self._sequences.clear()
         self._in_txn.clear()
+        self._offsets_added = False
 
     def send_nowait(
         self,
@@ -186,26 +192,39 @@ class EmbeddedTransactionalProducer(EmbeddedProducer):
             first, self._failures = self._failures[0], []
             raise first
 
-    async def commit_transaction(self, offsets: Mapping[TopicPartition, int], group_id: str) -> None:
-        """Append what is buffered, then commit it with ``offsets`` for ``group_id``."""
+    async def commit_transaction(
+        self,
+        offsets: Mapping[TopicPartition, int],
+        group_id: str,
+        metadata: Mapping[TopicPartition, str] | None = None,
+    ) -> None:
+        """Append what is buffered, then commit it with ``offsets`` (and their metadata) for
+        ``group_id``."""
+        entries = with_metadata(offsets, metadata)
         await self.flush()
         coordinator = self._coordinator
         assert coordinator is not None
         if not self._in_txn and not offsets:
             return
         tid, pid, epoch = self.transactional_id, self._producer_id, self._epoch
-        if offsets:
+        if entries:
             error = await coordinator.add_offsets(tid, pid, epoch, group_id)
             if error is TxnErrorCode.NONE:
-                error = coordinator.txn_offset_commit(
-                    tid, pid, epoch, group_id, {tp: (offset, "") for tp, offset in offsets.items()}
-                )
+                self._offsets_added = True
+                errors = coordinator.txn_offset_commit(tid, pid, epoch, group_id, entries)
+                refused = {tp: entries[tp][1] for tp, e in errors.items() if e is TxnErrorCode.OFFSET_METADATA_TOO_LARGE}
+                if refused:
+                    # The others' offsets are in the transaction; it must be aborted, as it
+                    # would be after Kafka's TxnOffsetCommit answered this.
+                    raise metadata_too_large(refused, "the transaction did not commit")
+                error = next((e for e in errors.values() if e is not TxnErrorCode.NONE), TxnErrorCode.NONE)
             if error is not TxnErrorCode.NONE:
                 raise self._txn_error(error, "cannot add the offsets to the transaction")
         error = await coordinator.end_txn(tid, pid, epoch, True)
         if error is not TxnErrorCode.NONE:
             raise self._txn_error(error, "the transaction did not commit")
         self._in_txn.clear()
+        self._offsets_added = False
         self.commits += 1
 
     async def abort_transaction(self) -> None:
@@ -227,17 +246,18 @@ class EmbeddedTransactionalProducer(EmbeddedProducer):
         self._failures.clear()
         coordinator = self._coordinator
         assert coordinator is not None
-        if self._in_txn and not self._fenced:
+        if (self._in_txn or self._offsets_added) and not self._fenced:
             error = await coordinator.end_txn(self.transactional_id, self._producer_id, self._epoch, False)
             if error in _FENCES:
                 self._fence()
             else:
                 self._fenced = error is not TxnErrorCode.NONE
         self._in_txn.clear()
+        self._offsets_added = False
         self.aborts += 1
 
     async def aclose(self) -> None:
         """Abort what was not committed: only ``commit_transaction`` makes records visible.
         A fenced producer ends as it is (a new epoch would fence the newer instance)."""
-        if self._coordinator is not None and (self._in_txn or self._buffers or any(not t.done() for t in self._tasks)):
+        if self._coordinator is not None and (self._in_txn or self._offsets_added or self._buffers or any(not t.done() for t in self._tasks)):
             await self._abort()
