@@ -255,9 +255,14 @@ class KWindowedStream:
 
     def reduce(self, name: str, fn: Callable[[Any, Any], Any], **options: Any) -> KWindowedTable:
         reducer = _plain(fn, "reduce")
+
+        def merge(a: Any, b: Any) -> Any:
+            # Sessions are merged starting from the initializer's None: that is no value.
+            return b if a is None else a if b is None else reducer(a, b)
+
         return self._aggregate(
             name, options, lambda: None,
-            lambda agg, kv: kv[1] if agg is None else reducer(agg, kv[1]), reducer,
+            lambda agg, kv: kv[1] if agg is None else reducer(agg, kv[1]), merge,
         )
 
     def _aggregate(

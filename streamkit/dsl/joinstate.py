@@ -13,7 +13,7 @@ from streamkit.tables.errors import TableError
 from streamkit.tables.partition import SortedPartition, WindowStoreView
 from streamkit.tables.table import Table
 from streamkit.windows.join import Codec, WindowJoin
-from streamkit.windows.wtable import late_counter
+from streamkit.windows.wtable import watch_lateness
 
 
 class JoinState(Table):
@@ -36,7 +36,7 @@ class JoinState(Table):
         self.left = Codec(_dumps_of(left_serde), left_serde.loads)
         self.right = Codec(_dumps_of(right_serde), right_serde.loads)
         self.late_topic = app.topic(f"{app.id}-late", key_serializer="raw", value_serializer="json", internal=True)
-        self.late = late_counter(app, name)  # records sent to the late topic by this worker, by reason
+        self.late = watch_lateness(self, join.grace_ms)  # records sent to the late topic by this worker, by reason
 
     @property
     def late_records(self) -> int:

@@ -279,6 +279,8 @@ class FaustWindowedTable(WindowedTable):
         event = current_event.get()
         state, driver = self._driver(event.partition if event is not None else self.partition_of(key))
         state.timestamp_ms = event.timestamp if event is not None else ts_ms
+        if event is not None:
+            self.late.sources.add(event.topic)  # a repartition topic among them: named by its warning
         self._after(key, driver.process(self._key_bytes(key), ts_ms, operation), event)
 
     def delete(self, key: Any, ts_ms: int) -> None:

@@ -63,6 +63,7 @@ def compile_stage(stage: Stage) -> Callable[[Stream], Any]:
 
         return forward
     if isinstance(output, WindowedAggregate):
+        output.table.late.sources.update(topic.name for topic in stage.inputs)  # named by its warning
         return _windowed_agent(output.table, run)
     if isinstance(output, Aggregate):
         apply = _aggregator(output)
@@ -150,6 +151,8 @@ def _join_streams(output: JoinOutput) -> Callable[[Stream], Any]:
     left_name, right_name = output.left.topic.name, output.right.topic.name
     key_dumps, key_loads = state_table.join_key_serde.dumps, state_table.join_key_serde.loads
     late_topic = state_table.late_topic
+    late_counter = state_table.late
+    late_counter.sources.update((left_name, right_name))  # named by its warning
     after: tuple[Node, ...] = output.after
     if output.key_by is not None:
         key_by = output.key_by
@@ -170,7 +173,7 @@ def _join_streams(output: JoinOutput) -> Callable[[Stream], Any]:
                 apply(k, v)
 
     def set_aside(side: str, raw_key: bytes | None, value: Any, ts: int, reason: str, now: int) -> None:
-        state_table.late.add(reason)
+        late_counter.late(reason, ts, now)
         late_topic.send_soon(
             key=raw_key, value=value, timestamp=ts, headers=late_headers(state_table.name, reason, ts, now, side=side)
         )
@@ -196,6 +199,7 @@ def _join_streams(output: JoinOutput) -> Callable[[Stream], Any]:
                     if raw_key is None or value is None:
                         reason = "null-key" if raw_key is None else "null-value"
                         set_aside(side, raw_key, value, ts, reason, driver.stream_time.ms)
+                        late_counter.seen()
                         continue
                     step = driver.process(side, raw_key, ts, value)  # type: ignore[arg-type]
                     for result in step.results:
@@ -204,6 +208,7 @@ def _join_streams(output: JoinOutput) -> Callable[[Stream], Any]:
                     late = step.late
                     if late is not None:
                         set_aside(side, raw_key, value, ts, late.reason, late.stream_time_ms)
+                    late_counter.seen()
 
     return join_streams
 

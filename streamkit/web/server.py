@@ -42,7 +42,7 @@ from streamkit.tables import query
 from streamkit.tables.errors import TableError
 from streamkit.tables.table import Table
 from streamkit.topics.topic import Topic
-from streamkit.windows.wtable import late_counts
+from streamkit.windows.wtable import late_counts, late_rates
 
 logger = logging.getLogger(__name__)
 
@@ -236,6 +236,7 @@ class WebServer:
                 "partition_mismatches": w.partition_mismatches,
                 "tables": w.state_manager.describe(),
                 "late_records": late_counts(w.app),
+                "late_rate": late_rates(w.app),
             }
         )
 
@@ -335,12 +336,19 @@ class WebServer:
         for tp, n in sorted(w.lag().items()):
             lines.append(f'streamkit_lag{{app="{app}",topic="{tp.topic}",partition="{tp.partition}"}} {n}')
         lines += [
-            "# HELP streamkit_late_records_total Records that came after their windows closed, sent to <app>-late.",
+            "# HELP streamkit_late_records_total Late records by reason; window-closed: sent to <app>-late "
+            "(window-closed-partly: hopping, some windows missed it).",
             "# TYPE streamkit_late_records_total counter",
         ]
         for table, reasons in late_counts(w.app).items():
             for reason, n in sorted({"window-closed": 0, **reasons}.items()):
                 lines.append(f'streamkit_late_records_total{{app="{app}",table="{table}",reason="{reason}"}} {n}')
+        lines += [
+            "# HELP streamkit_late_fraction Late fraction of the last interval of records of a windowed table or join.",
+            "# TYPE streamkit_late_fraction gauge",
+        ]
+        for table, rate in late_rates(w.app).items():
+            lines.append(f'streamkit_late_fraction{{app="{app}",table="{table}"}} {rate["interval_fraction"]:g}')
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
 

@@ -39,10 +39,10 @@ from streamkit.tables.table import Table, table_serdes
 from streamkit.windows.aggregate import (
     Aggregation,
     Emit,
-    LateCounter,
     WindowAggregator,
     retention_suffices,
 )
+from streamkit.windows.lateness import LateCounter
 from streamkit.windows.spec import Duration, Hopping, Session, Sliding, WindowSpec, duration_ms
 
 logger = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ def late_counter(app: Any, name: str) -> LateCounter:
     counters = _LATE.setdefault(app, {})
     counter = counters.get(name)
     if counter is None:
-        counter = counters[name] = LateCounter()
+        counter = counters[name] = LateCounter(name)
     return counter
 
 
@@ -76,6 +76,28 @@ def late_counts(app: Any) -> dict[str, dict[str, int]]:
         if table.is_windowed:
             counts.setdefault(name, {})
     return dict(sorted(counts.items()))
+
+
+def late_rates(app: Any) -> dict[str, dict[str, Any]]:
+    """The late rate per table (or join): its last interval of records and the last warning
+    of a jump (``streamkit.windows.lateness``), every windowed table listed."""
+    counters = dict(_LATE.get(app, {}))
+    for name, table in getattr(app, "tables", {}).items():
+        if table.is_windowed and name not in counters:
+            counters[name] = late_counter(app, name)
+    return {name: counters[name].rate() for name in sorted(counters)}
+
+
+def watch_lateness(table: Any, grace_ms: int) -> LateCounter:
+    """The late counter of ``table``, told what its warning names: the grace, the table's
+    clock (the worker's, once running) and the app's ``max_task_drift_ms``."""
+    app = table.app
+    counter = late_counter(app, table.name)
+    counter.watch(
+        grace_ms=grace_ms, clock=lambda: table.clock,
+        drift_ms=lambda: getattr(getattr(app, "conf", None), "max_task_drift_ms", 0),
+    )
+    return counter
 
 
 class WindowedTable(Table):
@@ -123,7 +145,7 @@ class WindowedTable(Table):
                 "until it closes instead", name, self.retention_ms / 1000, spec,
             )
             self.retention_ms = None
-        self.late = late_counter(app, name)
+        self.late = watch_lateness(self, spec.grace_ms)
         dumps, loads = self.aggregate_serde.dumps, self.aggregate_serde.loads
         self.aggregation: Aggregation[Any, Any] = Aggregation(
             initializer, adder, lambda a: dumps(a) or b"", loads, merger

@@ -107,3 +107,22 @@ def test_a_windowed_table_is_not_a_dict() -> None:
     table = _app(Tumbling(60), "wind")[3]
     with pytest.raises(TableError, match=r"read with \.windows"):
         table.table["ann"]
+
+
+async def test_a_session_reduce_merges_sessions_with_the_reducer() -> None:
+    # The session driver folds the sessions a record joins from the initializer (None for a
+    # reduce): the merge must skip it, not call the reducer on None (that sent the record to
+    # the dead-letter topic).
+    app = sk.App("win-reduce")
+    clicks = app.topic("clicks", key_type=str, value_type=int, partitions=1)
+    table = app.stream(clicks).group_by_key().window(Session(10)).reduce("sum", lambda a, b: a + b)
+    windows = []
+    async with AppDriver(app) as driver:
+        for values in (((1, 0), (2, 5_000)), ((4, 30_000), (8, 22_000))):  # 22 s bridges the gap to 30 s
+            for value, ts in values:
+                await driver.send(clicks, value, key="a", timestamp=BASE + ts)
+            await driver.process()
+            windows.append([(w["start"] - BASE, w["end"] - BASE, w["value"]) for w in table.windows("a")])
+        dead = await driver.read(app.topics["win-reduce-dlq"])
+    assert dead == []
+    assert windows == [[(0, 5_000, 3)], [(22_000, 30_000, 12)]]  # the first closed and went at 30 s

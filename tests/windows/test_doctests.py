@@ -10,7 +10,7 @@ import pytest
 
 import streamkit.windows
 
-MODULES = ["aggregate", "join", "keys", "records", "session", "sliding", "spec", "store", "streamtime", "wtable"]
+MODULES = ["aggregate", "join", "keys", "lateness", "records", "session", "sliding", "spec", "store", "streamtime", "wtable"]
 
 
 # Faust's windowed tables (streamkit.faust.windows) sit above the windows package, over it.
