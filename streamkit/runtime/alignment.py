@@ -42,13 +42,15 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from streamkit._core.types import TopicPartition
+from streamkit.transport.base import Consumer, TransportError
 
 if TYPE_CHECKING:
     from streamkit.runtime.inbox import Inbox, RootSource
+    from streamkit.runtime.tasks import PartitionTask
 
 logger = logging.getLogger(__name__)
 LAGGING_HOLD_S = 30.0  # how long an empty member whose log holds more holds the others back
@@ -301,6 +303,52 @@ class Aligner:
         return {
             "drift_ms": self.drift_ms, "idle_ms": self.idle_ms, "waits": self.waits, "tasks": tasks,
         }
+
+
+class StreamTimes:
+    """Keeps aligned tasks' stream times across restarts and moves: the commit carries each
+    input partition's (``metadata``); a task assigned here starts from the largest its
+    partitions' last commits carry (``partitions_assigned``, before the task reads a record),
+    as Kafka Streams restores partition time from its commits."""
+
+    def __init__(self, consumer: Callable[[], Consumer | None]) -> None:
+        self._consumer = consumer
+
+    async def partitions_assigned(self, assigned: set[TopicPartition], tasks: list[PartitionTask]) -> None:
+        consumer = self._consumer()
+        if consumer is None:
+            return
+        for task in tasks:
+            if task.context.aligner_for(task.agent) is None:
+                continue
+            found = []
+            for t in task.agent.topics:
+                tp = TopicPartition(t.name, task.partition)
+                if tp in task.inboxes:
+                    try:
+                        found.append(decode_stream_time(await consumer.committed_metadata(tp)))
+                    except TransportError as exc:
+                        logger.warning("could not read the stream time of %s from its commit: %s", tp, exc)
+            times = [ts for ts in found if ts is not None]
+            task.restored_stream_time = max(times) if times else None
+
+    async def partitions_revoked(
+        self, revoked: set[TopicPartition], tasks: list[PartitionTask], committed: bool
+    ) -> None:
+        return None
+
+    @staticmethod
+    def metadata(tasks: Iterable[PartitionTask], positions: Mapping[TopicPartition, int]) -> dict[TopicPartition, str]:
+        """The commit metadata of ``positions``: each aligned task's stream time."""
+        out: dict[TopicPartition, str] = {}
+        for task in tasks:
+            member = task.member
+            if member is None or member.stream_time is None:
+                continue
+            for inbox in member.inboxes:
+                if inbox.tp in positions:
+                    out[inbox.tp] = encode_stream_time(member.stream_time)
+        return out
 
 
 def encode_stream_time(stream_time: int) -> str:

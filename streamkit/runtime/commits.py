@@ -143,6 +143,8 @@ class Committer:
         self.aborts = 0
         self.rewinds = 0
         self.transactions = 0  # committed, over every task's producer and the worker's
+        # The metadata each commit carries (the aligned tasks' stream times, ``alignment.py``).
+        self.metadata: Callable[[dict[TopicPartition, int]], dict[TopicPartition, str]] = lambda positions: {}
 
     def bind(self, producer: Producer, consumer: Consumer | None) -> None:
         self.producer = producer
@@ -193,7 +195,7 @@ class Committer:
                 logger.error("an output could not be stored, stopping without committing: %s", exc)
                 self._on_failure(exc)
                 raise
-            await self.consumer.commit(positions)
+            await self.consumer.commit(positions, self.metadata(positions) or None)
             self.committed.update(positions)
             self.commits += 1
             return positions
@@ -243,7 +245,7 @@ class Committer:
         outgoing = await self._state.send_changes(producer, partitions={partition})
         touched = producer.transaction_open
         try:
-            await producer.commit_transaction(positions, self.group_id)
+            await producer.commit_transaction(positions, self.group_id, self.metadata(positions) or None)
         except TransactionAbortedError as exc:
             self.aborts += 1
             if isinstance(exc, ProducerFencedError):

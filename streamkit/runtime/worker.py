@@ -45,7 +45,7 @@ from streamkit.agents.replies import encode_response, reply_topic
 from streamkit.app.application import App
 from streamkit.app.services import Service
 from streamkit.runtime import status
-from streamkit.runtime.alignment import Aligner, alignment_groups
+from streamkit.runtime.alignment import Aligner, StreamTimes, alignment_groups
 from streamkit.runtime.apptasks import AppTasks
 from streamkit.runtime.assignment import Assignment
 from streamkit.runtime.commits import Committer
@@ -120,9 +120,11 @@ class Worker:
         self.task_assignment.listeners.append(
             TablesFollowPartitions(self.state_manager, self.group_info, self.assignment)
         )
+        self.task_assignment.listeners.append(StreamTimes(lambda: self._consumer))
         self.committer = Committer(
             self.task_assignment.inboxes, self.fail, lambda: self._failure is not None, self.state_manager
         )
+        self.committer.metadata = lambda positions: StreamTimes.metadata(self.tasks.values(), positions)
         self.gate = self.committer.gate  # closed while an exactly-once commit seals (``commits.py``)
         # Exactly-once: made here (no I/O), so a transport that does not offer it refuses at
         # once.
