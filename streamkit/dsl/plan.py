@@ -106,6 +106,15 @@ class Stage:
             output = output.terminal
         return [output.topic] if isinstance(output, Sink) else []
 
+    @property
+    def writes(self) -> list[Topic]:
+        """The topics the stage writes records of its own to: its sinks, and the windows
+        topic of a windowed table whose ``to_stream`` was asked for."""
+        output = self.output
+        if isinstance(output, WindowedAggregate) and output.table.emitted_topic is not None:
+            return [*self.sinks, output.table.emitted_topic]
+        return self.sinks
+
 
 @dataclass(frozen=True, slots=True)
 class Plan:

@@ -42,7 +42,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from streamkit._core.types import TopicPartition
@@ -69,6 +69,7 @@ class Member:
         "blocked_by",
         "empty_since",
         "epoch",
+        "flush_first",
         "idle",
         "inboxes",
         "limit",
@@ -79,6 +80,7 @@ class Member:
         "order",
         "source",
         "stream_time",
+        "unflushed",
         "wakeup",
     )
 
@@ -96,6 +98,8 @@ class Member:
         self.blocked_by: Member | None = None
         self.moved = False  # handed a record out since it last woke the ones it held back
         self.logged_at = 0.0
+        self.unflushed = False  # exactly-once: handed records out whose sends may sit in its producer
+        self.flush_first: list[Member] = []  # exactly-once: the producers to flush before it may go
         self.next_ts: Callable[[], int | None] = self._next_ts
 
     def _next_ts(self) -> int | None:
@@ -129,11 +133,15 @@ class Aligner:
         drift_ms: int,
         idle_ms: int,
         lag_of: Callable[[TopicPartition], int | None] = lambda tp: 0,
+        flush: Callable[[Member], Awaitable[None]] | None = None,
         now_ms: Callable[[], int] = _monotonic_ms,
     ) -> None:
         """``lag_of(tp)``: records of ``tp`` in the log past the fetch position (None: not
-        known yet)."""
+        known yet). ``flush(member)``: under exactly-once, send what the member's own
+        producer holds to the log: a member hands a record out only once the members that
+        went before it flushed, so their writes reach a shared topic in the same order."""
         self.name = name
+        self._flush = flush
         self._lag_of = lag_of
         self.drift_ms = drift_ms
         self.idle_ms = idle_ms
@@ -169,6 +177,12 @@ class Aligner:
         member.limit = limit
         member.epoch = self.epoch
         if key <= limit:
+            if self._flush is not None:
+                ahead = [m for m in self.members if m.unflushed and m is not member]
+                if ahead:
+                    member.flush_first = ahead
+                    member.epoch = -1  # look again after the flush
+                    return False
             member.blocked_by = None
             return True
         self.waits += 1
@@ -179,6 +193,15 @@ class Aligner:
         if blocker is not None and blocker.blocked_by is not None and blocker.wakeup is not None:
             blocker.wakeup.set()  # it waits on someone that moved since: let it look again
         return False
+
+    async def flush_first(self, member: Member) -> None:
+        """Flush the producers of the members ``member`` found ahead of it (exactly-once)."""
+        ahead, member.flush_first = member.flush_first, []
+        assert self._flush is not None
+        for other in ahead:
+            if other.unflushed:
+                other.unflushed = False
+                await self._flush(other)
 
     def ran_out(self, member: Member) -> None:
         """``member`` has nothing to hand out: it holds back only what is keyed after its

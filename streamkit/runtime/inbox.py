@@ -391,7 +391,7 @@ class RootSource:
             if (leaves_at > member.limit or member.epoch != aligner.epoch) and not aligner.admit(member, leaves_at):
                 return None
             member.stream_time = leaves_at
-            member.moved = True
+            member.moved = member.unflushed = True
         self._chunk_at = at + 1
         owners = self._chunk_inboxes
         inbox = self._chunk_inbox if owners is None else owners[at]
@@ -429,6 +429,13 @@ class RootSource:
             event = self.get_nowait()
             if event is not None:
                 return event
+            member = self._member
+            if member is not None and member.flush_first:
+                # Aligned under exactly-once: what the tasks ahead of this one sent goes to
+                # the log before this one sends (each task has its own producer).
+                assert self._aligner is not None
+                await self._aligner.flush_first(member)
+                continue
             if self._undecodable is not None or self._countdown <= 0:
                 continue
             # Clear, then look again: a put after the clear sets the wakeup, so none is lost.

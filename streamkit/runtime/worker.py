@@ -45,7 +45,7 @@ from streamkit.agents.replies import encode_response, reply_topic
 from streamkit.app.application import App
 from streamkit.app.services import Service
 from streamkit.runtime import status
-from streamkit.runtime.alignment import Aligner, StreamTimes, alignment_groups
+from streamkit.runtime.alignment import Aligner, Member, StreamTimes, alignment_groups
 from streamkit.runtime.apptasks import AppTasks
 from streamkit.runtime.assignment import Assignment
 from streamkit.runtime.commits import Committer
@@ -249,9 +249,13 @@ class Worker:
         if drift is None:
             return
         agents = [a for a in self.app.agents.values() if a.in_channel is None]
+        stages = {stage.name: stage for plan in self.app.plans for stage in plan.stages}
 
         def writes(agent: Agent) -> set[str]:
             names = {sink.name for sink in agent.sinks if isinstance(sink, Topic)}
+            stage = stages.get(agent.name)
+            if stage is not None:
+                names.update(topic.name for topic in stage.writes)
             for hop in self.topology.hops.get(agent.name, []):
                 names.add(self.topology.hop_topic(agent, hop.topic, hop.name).name)
             return names
@@ -262,9 +266,16 @@ class Worker:
                 drift_ms=int(drift),
                 idle_ms=int(self.app.conf.max_task_idle_ms),
                 lag_of=self._fetch_lag,
+                flush=self._flush_task_producer if self.app.exactly_once else None,
             )
             for rank, agent in enumerate(group):
                 self._aligners[agent.name] = (aligner, rank)
+
+    async def _flush_task_producer(self, member: Member) -> None:
+        """Exactly-once: what an aligned task sent goes to the log before another task sends."""
+        producer = self.task_producer(member.order[1])
+        if producer is not None:
+            await producer.flush()
 
     def _fetch_lag(self, tp: TopicPartition) -> int | None:
         """Records of ``tp`` in the log past the fetch position (None: not known yet)."""
