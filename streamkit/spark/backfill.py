@@ -87,6 +87,7 @@ from streamkit.spark.executors import (
     place_outputs,
     plain_rows,
     read_source,
+    stream_times_before,
     window_rows,
 )
 from streamkit.spark.options import OffsetRange, split_range
@@ -223,7 +224,18 @@ def _backfill_one(
     options = log_options(app)
     ranges = [r for p in sorted(ends) for r in split_range(OffsetRange(p, starts[p], ends[p]), SPLIT_OFFSETS)]
     counter = spark.sparkContext.accumulator(0)
-    read_range = functools.partial(read_source, options.get("path"), options.get("bootstrap"), source.topic.name, counter)
+    before = None
+    if isinstance(terminal, WindowedAggregate) or terminal.kind != "count":  # an order to keep
+        # The stream time of each range's partition before it, read in the driver: a range
+        # that starts mid-partition (a split, or the backfill's start) gets it as the partition
+        # read whole (and a worker restoring its commit there) has it.
+        before = stream_times_before(
+            options.get("path"), options.get("bootstrap"), source.topic.name,
+            [(r.partition, r.start) for r in ranges if r.start > 0],
+        )
+    read_range = functools.partial(
+        read_source, options.get("path"), options.get("bootstrap"), source.topic.name, counter, before=before
+    )
     records = spark.sparkContext.parallelize(ranges, max(1, len(ranges))).mapPartitions(read_range)
     if isinstance(terminal, WindowedAggregate):
         # Table partition p is the input partition p of the aggregating task: one Spark
