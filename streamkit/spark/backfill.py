@@ -20,10 +20,11 @@ CRC-checked, or a broker; straight into Python, without a detour through Spark's
    each repartition partition receives its part of it, which is its records sorted by their
    source partition's stream time at them, taken over the whole partition
    (``_core.order.stream_time_order``). Each record carries that stream time from the read;
-   a range that starts mid-partition (a split of ``SPLIT_OFFSETS``, or the backfill's start)
-   gets the stream time before it from one pass in the driver over the batch headers before
-   it (``executors.stream_times_before``), as a worker restores it from its last commit.
-   Counts add up in any order, so Spark combines them before the shuffle (and their read
+   a range that starts mid-partition (a split of ``SPLIT_OFFSETS``) gets the stream time
+   before it from one pass in the driver over the batch headers before it
+   (``executors.stream_times_before``). The backfill's own start needs none: the first record
+   at or after ``from_ms`` is later than every record before it, so a worker that restored
+   its stream time from a commit there takes the same order. Counts add up in any order, so Spark combines them before the shuffle (and their read
    skips the stream times). Windowed tables: per table partition, the worker's own window
    driver (``windows.aggregate.WindowAggregator``) runs over the outputs in that same order,
    so stream time, grace, closing and late records are the worker's; late records go to
@@ -230,11 +231,13 @@ def _backfill_one(
     before = None
     if isinstance(terminal, WindowedAggregate) or terminal.kind != "count":  # an order to keep
         # The stream time of each range's partition before it, read in the driver: a range
-        # that starts mid-partition (a split, or the backfill's start) gets it as the partition
-        # read whole (and a worker restoring its commit there) has it.
+        # that starts mid-partition (a split) gets it as the partition read whole has it. The
+        # backfill's own start needs none: it is the log start, or the first record at or after
+        # from_ms, later than every record before it, so those change no stream time from there
+        # on (a worker restoring its commit there agrees); the scan starts there too.
         before = stream_times_before(
             options.get("path"), options.get("bootstrap"), source.topic.name,
-            [(r.partition, r.start) for r in ranges if r.start > 0],
+            [(r.partition, r.start) for r in ranges if r.start > starts[r.partition]], scan_from=starts,
         )
     read_range = functools.partial(
         read_source, options.get("path"), options.get("bootstrap"), source.topic.name, counter, before=before

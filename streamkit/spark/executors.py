@@ -162,12 +162,19 @@ def read_source(
         counter.add(n)
 
 
-def stream_times_before(path: str | None, bootstrap: str | None, topic: str, starts: Iterable[tuple[int, int]]) -> dict[tuple[int, int], int | None]:
+def stream_times_before(
+    path: str | None, bootstrap: str | None, topic: str, starts: Iterable[tuple[int, int]],
+    scan_from: Mapping[int, int] | None = None,
+) -> dict[tuple[int, int], int | None]:
     """Each source partition's stream time before each of ``starts`` ((partition, offset)): the
-    largest timestamp of its records from its log start up to the offset, what a worker that
-    processed them restores from its commit. One pass per partition over the batches' headers:
-    a batch wholly before an offset counts by its header's ``max_timestamp`` (Kafka's batch
-    header keeps it), only a batch an offset cuts is decoded."""
+    largest timestamp of its records from its log start (or ``scan_from[partition]``) up to the
+    offset, what a worker that processed them restores from its commit. One pass per partition
+    over the batches' headers: a batch wholly before an offset counts by its header's
+    ``max_timestamp`` (Kafka's batch header keeps it), only a batch an offset cuts is decoded.
+
+    ``scan_from`` may skip records that cannot matter: those before an offset whose record is
+    later than all of them (a backfill's start at the first record at or after ``from_ms``)
+    leave every stream time from that record on as it is."""
     log = open_source_log(path, bootstrap, topic)
     found: dict[tuple[int, int], int | None] = {}
     by_partition: dict[int, list[int]] = {}
@@ -176,7 +183,7 @@ def stream_times_before(path: str | None, bootstrap: str | None, topic: str, sta
     try:
         for p, offsets in sorted(by_partition.items()):
             cuts = sorted(set(offsets))
-            log_start, _end = log.bounds(p)
+            log_start = scan_from[p] if scan_from is not None and p in scan_from else log.bounds(p)[0]
             now: int | None = None
             i = 0
             for header, data in log.batches(p, log_start, cuts[-1]) if cuts[-1] > log_start else ():
