@@ -149,20 +149,46 @@ def test_windows_and_late_records_follow_each_partition_s_part_of_the_whole_merg
     assert sorted(value["n"] for _key, value in _topic(tmp_path, "ord-late")) == late
 
 
-def test_a_backfill_from_mid_partition_carries_the_stream_time_before_it(
-    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@SPLITS
+def test_a_backfill_from_mid_partition_takes_the_whole_merge_from_there(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, split: int | None
 ) -> None:
-    """From ``from_ms`` on, each source partition's stream time starts where the records before
-    it left it (what a worker that processed them restores from its last commit): a record
-    below it waits in the merge behind the other partitions' records, as in the whole merge."""
-    from streamkit.spark.backfill import backfill
-
-    module = _module(monkeypatch, tmp_path)
-    events = _events()
-    _write(tmp_path, events)
+    """From ``from_ms`` on (each partition's first record at or after it, so later than every
+    record before it: a worker that restored its stream time from a commit there takes the
+    whole merge's order from there), also when the rest of a partition is read in splits whose
+    stream time before them is scanned from the backfill's start."""
+    backfill_module, module, events = _setup(tmp_path, monkeypatch, split)
+    backfill = backfill_module.backfill
     from_ms = BASE + 9_000
     starts = [next((o for o, (_u, _n, ts) in enumerate(records) if ts >= from_ms), len(records)) for records in events]
     expected = _trails(_received(module, "trail", events, starts))
     report = backfill(spark, "order_app:app", "trail", from_ms=from_ms, to_topic="trail-out")[0]
     assert report.records_read == sum(len(r) - s for r, s in zip(events, starts, strict=True))
     assert dict(_topic(tmp_path, "trail-out")) == expected
+
+
+def test_tasks_writing_one_partition_of_a_stream_take_their_part_of_the_whole_merge(tmp_path: Path) -> None:
+    """The issue's example, for the tasks that write a table's stream and the topics after it
+    (``streams.publish``, ``streams.forward``): task 0 sends ts 10 (to partition A), then ts 1
+    (to B); task 1 sends ts 5 (to B). B gets task 1's record first, as the whole merge (1@5,
+    0@10, 0@1) has it; and a record a task's filter drops still moved its stream time."""
+    import streamkit as sk
+    from streamkit._core.partitioner import partition_for_key
+    from streamkit.spark.streams import downstream, forward, publish
+
+    app = sk.App("pub", broker=f"file://{tmp_path}")
+    src = app.topic("src", key_type=str, value_type=str, partitions=2)
+    out = app.topic("out", key_type=str, value_type=str, partitions=1)
+    app.stream(src).filter(lambda v: v != "dropped").to(out)
+    on = {partition_for_key(src.key_serde.dumps(k) or b"", 2): k for k in (f"k{i}" for i in range(10))}
+
+    def sent(key: str, value: str, ts: int) -> tuple[bytes | None, bytes | None, int]:
+        return src.key_serde.dumps(key), src.value_serde.dumps(value), ts
+
+    by_partition = publish(app, src, [[sent(on[0], "a", 10), sent(on[1], "b", 1)], [sent(on[1], "c", 5)]])
+    assert by_partition == [[sent(on[0], "a", 10)], [sent(on[1], "c", 5), sent(on[1], "b", 1)]]
+
+    # src partition 0's task drops its record at ts 10 and sends the one at ts 1 after it
+    tasks = [[sent(on[0], "dropped", 10), sent(on[0], "b", 1)], [sent(on[1], "c", 5)]]
+    assert forward(app, src, downstream(app, src), tasks) == {"out": 2}
+    assert [r.value for r in log_records(tmp_path, "out")[0]] == [src.value_serde.dumps("c"), src.value_serde.dumps("b")]
