@@ -12,20 +12,23 @@ CRC-checked, or a broker; straight into Python, without a detour through Spark's
    repartition topic's round trip through its serializers, as in the worker), else the source
    partition;
 3. plain tables: per table partition and key, the outputs are folded with the aggregation's
-   function (sum, reduce, aggregate, latest value) in the order the worker's task takes them:
-   each source partition's in offset order (not by timestamp: a task reading one partition
-   takes it as it comes), several source partitions merged by the timestamp of their next
-   output. That is exactly the worker's order without a repartition, and after one over a
-   source of one partition; after a repartition of several source partitions the worker's
-   interleaving of them depends on when the upstream tasks wrote the repartition topic, and
-   the backfill's is one of those orders (the same answers for a reducer that commutes, or
-   when each key's records come from one source partition). Counts add up in any order, so
-   Spark combines them before the shuffle. Windowed tables: per table partition, the worker's
-   own window driver (``windows.aggregate.WindowAggregator``) runs over the outputs in the
-   order a worker's task reads them: each source partition in offset order, the source
-   partitions merged by the timestamp of their next record (Kafka Streams' choice), so stream
-   time, grace, closing and late records are the worker's; late records go to ``<app>-late``
-   as the worker sends them;
+   function (sum, reduce, aggregate, latest value) in the order the worker's task takes them.
+   Without a repartition that is the source partition's offset order (not by timestamp: a task
+   reading one partition takes it as it comes). After a repartition of several source
+   partitions it is the order a worker with ``max_task_drift_ms=0`` writes: its upstream
+   tasks hand out the records of all the source partitions in one merge by timestamp, and
+   each repartition partition receives its part of it, which is its records sorted by their
+   source partition's stream time at them, taken over the whole partition
+   (``_core.order.stream_time_order``). Each record carries that stream time from the read;
+   a range that starts mid-partition (a split of ``SPLIT_OFFSETS``) gets the stream time
+   before it from one pass in the driver over the batch headers before it
+   (``executors.stream_times_before``). The backfill's own start needs none: the first record
+   at or after ``from_ms`` is later than every record before it, so a worker that restored
+   its stream time from a commit there takes the same order. Counts add up in any order, so Spark combines them before the shuffle (and their read
+   skips the stream times). Windowed tables: per table partition, the worker's own window
+   driver (``windows.aggregate.WindowAggregator``) runs over the outputs in that same order,
+   so stream time, grace, closing and late records are the worker's; late records go to
+   ``<app>-late`` as the worker sends them;
 4. the results are appended to the table's changelog, the state every worker restores from
    (for a windowed table: the driver's store, windows, index, stream time and emit progress,
    byte for byte), with a tombstone for every key an earlier changelog holds that the result
@@ -37,8 +40,9 @@ CRC-checked, or a broker; straight into Python, without a detour through Spark's
    that emitted them, as the worker sends them; a plain table's changelog records are its
    changes. The map/filter pipelines the app runs over that stream into topics
    (``.to_stream().map_values(...).to(topic)``) then run over it, one task per partition, and
-   their topics get what they send. Where several tasks write one partition the worker's
-   interleaving depends on timing: here their records are merged by timestamp. Anything else
+   their topics get what they send. Where several tasks write one partition their records come
+   as a repartition topic's do: that partition's part of the merge of all the tasks' records,
+   by the sending task's stream time (``streams.publish``). Anything else
    reading the stream (an aggregation, agent code) is refused: the backfill moves the group
    past it. Streams are appended: a second backfill writes them again;
 6. the app's consumer group is moved to the end of what was read (and of the streams
@@ -87,6 +91,7 @@ from streamkit.spark.executors import (
     place_outputs,
     plain_rows,
     read_source,
+    stream_times_before,
     window_rows,
 )
 from streamkit.spark.options import OffsetRange, split_range
@@ -223,7 +228,20 @@ def _backfill_one(
     options = log_options(app)
     ranges = [r for p in sorted(ends) for r in split_range(OffsetRange(p, starts[p], ends[p]), SPLIT_OFFSETS)]
     counter = spark.sparkContext.accumulator(0)
-    read_range = functools.partial(read_source, options.get("path"), options.get("bootstrap"), source.topic.name, counter)
+    before = None
+    if isinstance(terminal, WindowedAggregate) or terminal.kind != "count":  # an order to keep
+        # The stream time of each range's partition before it, read in the driver: a range
+        # that starts mid-partition (a split) gets it as the partition read whole has it. The
+        # backfill's own start needs none: it is the log start, or the first record at or after
+        # from_ms, later than every record before it, so those change no stream time from there
+        # on (a worker restoring its commit there agrees); the scan starts there too.
+        before = stream_times_before(
+            options.get("path"), options.get("bootstrap"), source.topic.name,
+            [(r.partition, r.start) for r in ranges if r.start > starts[r.partition]], scan_from=starts,
+        )
+    read_range = functools.partial(
+        read_source, options.get("path"), options.get("bootstrap"), source.topic.name, counter, before=before
+    )
     records = spark.sparkContext.parallelize(ranges, max(1, len(ranges))).mapPartitions(read_range)
     if isinstance(terminal, WindowedAggregate):
         # Table partition p is the input partition p of the aggregating task: one Spark

@@ -4,12 +4,13 @@ order, the window driver; rows back to the driver (``Row``: where each record go
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from streamkit._core.errors import ConfigError
-from streamkit._core.order import task_order
+from streamkit._core.order import stream_time_order, stream_times
 from streamkit._core.partitioner import partition_for_key
 from streamkit._core.serde import Serde, serde_for
 from streamkit.dsl.nodes import (
@@ -17,6 +18,7 @@ from streamkit.dsl.nodes import (
     WindowedAggregate,
 )
 from streamkit.dsl.ops import fold, fold_step, runner
+from streamkit.log.records import decode_records
 from streamkit.spark.columns import batch_lists, column_batches
 from streamkit.spark.logs import open_source_log
 from streamkit.spark.options import OffsetRange
@@ -106,13 +108,20 @@ def _parts(plan: TaskPlan) -> _Parts:
     return found
 
 
-# (table partition, source partition, offset, timestamp ms, key, value) of one pipeline output
-Placed = tuple[int, int, int, int, Any, Any]
+# (table partition, source stream time ms, source partition, offset, timestamp ms, key, value)
+# of one pipeline output; the source partition's stream time at its record (``stream_times``)
+# puts a table partition's records in their order (``_merged``).
+Placed = tuple[int, int, int, int, int, Any, Any]
 
 
 # A chunk of source records as the log reads it, in offset order: (source partition, their
-# keys, values, offsets, timestamps ms), one list per field (no object per record).
-SourceChunk = tuple[int, list[bytes | None], list[bytes | None], list[int], list[int]]
+# keys, values, offsets, timestamps ms, and the source partition's stream time at each, or None
+# when the read was not asked for it), one list per field (no object per record).
+SourceChunk = tuple[int, list[bytes | None], list[bytes | None], list[int], list[int], list[int] | None]
+
+# The stream time of a source partition before an offset: (partition, offset) -> the largest
+# timestamp of its records before that offset (None: it has none).
+StreamTimes = Mapping[tuple[int, int], int | None]
 
 
 class Uncounted:
@@ -123,25 +132,77 @@ class Uncounted:
 
 
 def read_source(
-    path: str | None, bootstrap: str | None, topic: str, counter: Any, ranges: Iterator[OffsetRange]
+    path: str | None, bootstrap: str | None, topic: str, counter: Any, ranges: Iterator[OffsetRange],
+    *, before: StreamTimes | None = None,
 ) -> Iterator[SourceChunk]:
     """The records of offset ``ranges``, read on the executor through the data source's own
     log readers (segment files, CRC-checked, or a broker): without the round trip through
     Spark's rows a DataFrame would make. Segment files are decoded column by column
     (``spark.columns``: no ``Record`` per record); nothing downstream needs a record's
-    headers."""
+    headers. With ``before`` (``stream_times_before`` of the ranges' starts; a start it does not
+    name has no record before it), each chunk carries its partition's stream time at each
+    record, as the whole partition read from its start gives it."""
     log = open_source_log(path, bootstrap, topic)
     n = 0
     try:
         for rng in ranges:
             p = rng.partition
             batches = log.batches(p, rng.start, rng.end)
+            now = None if before is None else before.get((p, rng.start))
             for batch in column_batches(topic, p, batches, rng.start, rng.end, include_headers=False):
                 n += batch.num_rows
-                yield (p, *batch_lists(batch))
+                keys, values, offsets, timestamps = batch_lists(batch)
+                times = None
+                if before is not None:
+                    times = stream_times(timestamps, now)
+                    now = times[-1] if times else now
+                yield p, keys, values, offsets, timestamps, times
     finally:
         log.close()
         counter.add(n)
+
+
+def stream_times_before(
+    path: str | None, bootstrap: str | None, topic: str, starts: Iterable[tuple[int, int]],
+    scan_from: Mapping[int, int] | None = None,
+) -> dict[tuple[int, int], int | None]:
+    """Each source partition's stream time before each of ``starts`` ((partition, offset)): the
+    largest timestamp of its records from its log start (or ``scan_from[partition]``) up to the
+    offset, what a worker that processed them restores from its commit. One pass per partition
+    over the batches' headers: a batch wholly before an offset counts by its header's
+    ``max_timestamp`` (Kafka's batch header keeps it), only a batch an offset cuts is decoded.
+
+    ``scan_from`` may skip records that cannot matter: those before an offset whose record is
+    later than all of them (a backfill's start at the first record at or after ``from_ms``)
+    leave every stream time from that record on as it is."""
+    log = open_source_log(path, bootstrap, topic)
+    found: dict[tuple[int, int], int | None] = {}
+    by_partition: dict[int, list[int]] = {}
+    for p, offset in starts:
+        by_partition.setdefault(p, []).append(offset)
+    try:
+        for p, offsets in sorted(by_partition.items()):
+            cuts = sorted(set(offsets))
+            log_start = scan_from[p] if scan_from is not None and p in scan_from else log.bounds(p)[0]
+            now: int | None = None
+            i = 0
+            for header, data in log.batches(p, log_start, cuts[-1]) if cuts[-1] > log_start else ():
+                while i < len(cuts) and cuts[i] <= header.base_offset:
+                    found[(p, cuts[i])] = now
+                    i += 1
+                if i < len(cuts) and header.last_offset >= cuts[i]:  # cut inside: record by record
+                    for record in decode_records(header, bytes(data)):
+                        while i < len(cuts) and cuts[i] <= record.offset:
+                            found[(p, cuts[i])] = now
+                            i += 1
+                        now = record.timestamp if now is None else max(now, record.timestamp)
+                elif header.records_count > 0:
+                    now = header.max_timestamp if now is None else max(now, header.max_timestamp)
+            for cut in cuts[i:]:
+                found[(p, cut)] = now
+    finally:
+        log.close()
+    return found
 
 
 def place_outputs(plan: TaskPlan, chunks: Iterator[SourceChunk]) -> Iterator[Placed]:
@@ -157,8 +218,11 @@ def place_outputs(plan: TaskPlan, chunks: Iterator[SourceChunk]) -> Iterator[Pla
     seen: dict[tuple[type, Any], tuple[Any, int]] = {}
     # A key the grouping replaces before any function saw it needs no decoding.
     unused_key = run_before is None and regroup is not None
-    for source_partition, raw_keys, raw_values, offsets, timestamps in chunks:
-        for raw_key, raw_value, offset, timestamp in zip(raw_keys, raw_values, offsets, timestamps, strict=True):
+    for source_partition, raw_keys, raw_values, offsets, timestamps, times in chunks:
+        # without stream times (a count's read: no order) a record's own time stands in
+        for raw_key, raw_value, offset, timestamp, now in zip(
+            raw_keys, raw_values, offsets, timestamps, timestamps if times is None else times, strict=True
+        ):
             key = None if unused_key else key_loads(raw_key)
             value = value_loads(raw_value)
             for k, v in ((key, value),) if run_before is None else run_before(key, value):
@@ -181,30 +245,30 @@ def place_outputs(plan: TaskPlan, chunks: Iterator[SourceChunk]) -> Iterator[Pla
                 else:
                     partition = source_partition
                 if run_after is None:
-                    yield partition, source_partition, offset, timestamp, k, v
+                    yield partition, now, source_partition, offset, timestamp, k, v
                 else:
                     for k2, v2 in run_after(k, v):
-                        yield partition, source_partition, offset, timestamp, k2, v2
+                        yield partition, now, source_partition, offset, timestamp, k2, v2
 
 
-# (source partition, offset, index among the record's outputs, timestamp ms, key, value)
-Output = tuple[int, int, int, int, Any, Any]
+# (source stream time ms, source partition, offset, index among the record's outputs,
+# timestamp ms, key, value): the first four are its place in the order (``_task_order``)
+Output = tuple[int, int, int, int, int, Any, Any]
 
 
 def _task_order(outputs: Iterable[Output]) -> list[Output]:
-    """A key's outputs in the order a worker's task takes them (``_core/order.py``): each
-    source partition's in offset order, merged by timestamp. Without a repartition (or with
-    one source partition) this is exactly the worker's order: a key's outputs all come from
-    the one source partition its table partition reads, in offset order. After a repartition
-    over several source partitions, the worker takes each source partition's outputs in
-    offset order too, but how they interleave depends on when the upstream tasks wrote them;
-    this is one such order."""
-    by_source: dict[int, list[Output]] = {}
-    for output in outputs:
-        by_source.setdefault(output[0], []).append(output)
-    for found in by_source.values():
-        found.sort(key=lambda o: (o[1], o[2]))
-    return list(task_order([by_source[s] for s in sorted(by_source)], timestamp=lambda o: o[3]))
+    """A key's outputs in the order a worker's task takes them (``_core/order.py``,
+    ``stream_time_order``): by the stream time of their source partition at their record
+    (over the whole partition), then source partition, offset and index among the record's
+    outputs. Without a repartition (or with one source partition) that is offset order, the
+    one order a task reading one partition has. After a repartition over several source
+    partitions it is what the repartition partition receives from a worker with
+    ``max_task_drift_ms=0``, whose upstream tasks hand out the records of all the source
+    partitions in one timestamp merge: that merge, restricted to the key's records."""
+    return stream_time_order(outputs, key=_ORDER)
+
+
+_ORDER = itemgetter(0, 1, 2, 3)  # an Output's (stream time, source partition, offset, index)
 
 
 def fold_key(plan: TaskPlan, item: tuple[tuple[int, bytes], Iterable[Output]]) -> Iterator[tuple[Any, ...]]:
@@ -214,17 +278,17 @@ def fold_key(plan: TaskPlan, item: tuple[tuple[int, bytes], Iterable[Output]]) -
     assert isinstance(terminal, Aggregate)
     (partition, raw_key), outputs = item
     ordered = _task_order(outputs)
-    latest = ordered[-1][3]
+    latest = ordered[-1][4]
     if terminal.kind == "latest":
         # A delete of a key the table does not hold changes nothing in the worker's table: a
         # key only ever deleted writes nothing (to its changelog, or the table's stream; one an
         # earlier changelog holds still gets its tombstone from write_changelog), and a key
         # deleted several times is stamped with the first delete after its last value.
-        held = [i for i, o in enumerate(ordered) if o[5] is not None]
+        held = [i for i, o in enumerate(ordered) if o[6] is not None]
         if not held:
             return
-        latest = ordered[min(held[-1] + 1, len(ordered) - 1)][3]
-    present, value = fold(fold_step(terminal.kind, terminal.fn, terminal.initializer), ordered[0][4], (o[5] for o in ordered))
+        latest = ordered[min(held[-1] + 1, len(ordered) - 1)][4]
+    present, value = fold(fold_step(terminal.kind, terminal.fn, terminal.initializer), ordered[0][5], (o[6] for o in ordered))
     raw_value = terminal.table.value_serde.dumps(value) if present else None
     if plan.output:
         yield (OUTPUT, None, raw_key, raw_value, latest, None)
@@ -271,7 +335,7 @@ def count_outputs(plan: TaskPlan, chunks: Iterator[SourceChunk]) -> Iterator[tup
     others: list[tuple[Any, int]] = []
     if parts.repartition is None:  # the source's keys, per source partition, as their bytes
         value_loads = parts.value_loads
-        for source_partition, raw_keys, raw_values, _offsets, timestamps in chunks:
+        for source_partition, raw_keys, raw_values, _offsets, timestamps, _times in chunks:
             for raw_key, raw_value, ts in zip(raw_keys, raw_values, timestamps, strict=True):
                 value_loads(raw_value)  # a value that does not decode fails here, as in the worker
                 where = (source_partition, raw_key)
@@ -292,7 +356,7 @@ def count_outputs(plan: TaskPlan, chunks: Iterator[SourceChunk]) -> Iterator[tup
     regroup, run_before, key_loads = parts.key_by, parts.before, parts.key_loads
     value_loads = parts.value_loads
     decode_keys = run_before is not None or regroup is None
-    for _source_partition, raw_keys, raw_values, _offsets, timestamps in chunks:
+    for _source_partition, raw_keys, raw_values, _offsets, timestamps, _times in chunks:
         for raw_key, raw_value, ts in zip(raw_keys, raw_values, timestamps, strict=True):
             value = value_loads(raw_value)
             key = key_loads(raw_key) if decode_keys else None
@@ -339,7 +403,7 @@ def _placed_counts(
     """Counts of ``place_outputs``'s outputs (any pipeline shape)."""
     counts: dict[tuple[int, bytes], list[int]] = {}
     raws: dict[tuple[type, Any], bytes] = {}
-    for partition, _source_partition, _offset, ts, k, _v in placed:
+    for partition, _now, _source_partition, _offset, ts, k, _v in placed:
         if isinstance(k, _IMMUTABLE):
             raw = raws.get((type(k), k))
             if raw is None:
@@ -372,10 +436,10 @@ def plain_rows(plan: TaskPlan, rows: Iterator[Any]) -> Iterator[tuple[tuple[int,
     assert isinstance(terminal, Aggregate)
     key_dumps = terminal.table.key_serde.dumps
     at, n = (-1, -1), 0  # a record's outputs (a flat map's) keep their order
-    for partition, source_partition, offset, ts, k, v in place_outputs(plan, rows):
+    for partition, now, source_partition, offset, ts, k, v in place_outputs(plan, rows):
         n = n + 1 if (source_partition, offset) == at else 0
         at = (source_partition, offset)
-        yield (partition, key_dumps(k) or b""), (source_partition, offset, n, ts, k, v)
+        yield (partition, key_dumps(k) or b""), (now, source_partition, offset, n, ts, k, v)
 
 
 class _StampedStore(SortedMemoryStore):
@@ -401,15 +465,15 @@ class _StampedStore(SortedMemoryStore):
         self.stamps.pop(key, None)
 
 
-def _merged(records: list[Placed]) -> Iterator[Placed]:
-    """A table partition's records in the order a worker's task takes them
-    (``_core/order.py``): each source partition in offset order, merged by timestamp."""
-    by_source: dict[int, list[Placed]] = {}
-    for record in records:
-        by_source.setdefault(record[1], []).append(record)
-    for found in by_source.values():
-        found.sort(key=lambda r: r[2])  # offset (a flat map's outputs keep their order: stable)
-    return task_order([by_source[s] for s in sorted(by_source)], timestamp=lambda r: r[3])
+def _merged(records: list[Placed]) -> list[Placed]:
+    """A table partition's records in the order a worker's task takes them (``_task_order``'s,
+    ``_core/order.py``): by their source partition's stream time at their record, source
+    partition and offset (a flat map's outputs of one record keep their order: the sort is
+    stable)."""
+    return stream_time_order(records, key=_PLACED_ORDER)
+
+
+_PLACED_ORDER = itemgetter(1, 2, 3)  # a Placed's (stream time, source partition, offset)
 
 
 def window_rows(plan: TaskPlan, items: Iterator[tuple[int, Placed]]) -> Iterator[tuple[Any, ...]]:
@@ -428,7 +492,7 @@ def window_rows(plan: TaskPlan, items: Iterator[tuple[int, Placed]]) -> Iterator
     for partition, records in sorted(by_partition.items()):
         store = _StampedStore()
         driver = WindowAggregator(table.spec, table.aggregation, store, emit=table.emit, retention_ms=table.retention_ms)
-        for _p, _source, _offset, ts, key, value in _merged(records):
+        for _p, _now, _source, _offset, ts, key, value in _merged(records):
             store.now = ts
             step = driver.process(key_dumps(key) or b"", ts, (key, value))
             if emitted:  # as the worker sends them: in the order emitted, stamped with the record's time

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from streamkit._core.errors import ConfigError
-from streamkit._core.order import task_order
+from streamkit._core.order import stream_time_order, stream_times
 from streamkit._core.partitioner import partition_for_key
 from streamkit.app.application import App
 from streamkit.dsl.nodes import (
@@ -53,27 +53,33 @@ def downstream(app: App, topic: Any) -> list[Pipeline]:
     return found
 
 
-def publish(app: App, topic: Any, tasks: list[list[Sent]]) -> list[list[Sent]]:
+def publish(app: App, topic: Any, tasks: list[list[Sent]], times: list[list[int]] | None = None) -> list[list[Sent]]:
     """Append what each task sends to ``topic`` as the worker's tasks would: each record to the
     partition of its key's hash (keyless ones spread), each task's records in its order. Where
-    several tasks write one partition, the worker's interleaving depends on their timing; here
-    it is by timestamp (ties: the lower task). What each partition now ends with, in order."""
+    several tasks write one partition, their records come as a worker with
+    ``max_task_drift_ms=0`` hands them out: the tasks' records in one timestamp merge, each
+    partition getting its part of it (``_core/order.py``, ``stream_time_order``), by the
+    stream time of the sending task at each record: ``times`` (per task, per record: the
+    stream time of the partition the task reads, at the record it sent this for), else the
+    largest timestamp the task sent so far (the task's stream time where it sends: a windowed
+    task sends on a record that moves stream time, or that updates a window). What each
+    partition now ends with, in order."""
     declared = app.topics.get(topic.name)
     partitions = (declared.partitions if declared is not None else None) or topic.partitions or app.topic_partitions
     count = ensure_topic(app, topic.name, partitions, topic.config)
-    # (partition, task) -> that task's records for that partition, in its order
-    queues: dict[tuple[int, int], list[Sent]] = {}
+    # partition -> (the sending task's stream time, task, position in the task, record)
+    queues: dict[int, list[tuple[int, int, int, Sent]]] = {}
     spread = 0
     for t, sent in enumerate(tasks):
-        for record in sent:
+        now = times[t] if times is not None else stream_times([r[2] for r in sent])
+        for n, record in enumerate(sent):
             if record[0] is None:
                 p, spread = spread % count, spread + 1
             else:
                 p = partition_for_key(record[0], count)
-            queues.setdefault((p, t), []).append(record)
+            queues.setdefault(p, []).append((now[n], t, n, record))
     by_partition: list[list[Sent]] = [
-        list(task_order([queues[key] for key in sorted(queues) if key[0] == p], timestamp=lambda r: r[2]))
-        for p in range(count)
+        [r[3] for r in stream_time_order(queues.get(p, []), key=lambda r: r[:3])] for p in range(count)
     ]
     rows: list[Row] = [(OUTPUT, p, k, v, ts, None) for p, sent in enumerate(by_partition) for k, v, ts in sent]
     if rows:
@@ -93,15 +99,19 @@ def forward(app: App, topic: Any, pipelines: list[Pipeline], by_partition: list[
         run = runner(tuple(pipeline[1:-1]))
         key_dumps, value_dumps = sink.topic.key_serde.dumps, sink.topic.value_serde.dumps
         tasks: list[list[Sent]] = []
+        times: list[list[int]] = []  # the stream time of each task's partition, at what it sent
         for sent in by_partition:
             out: list[Sent] = []
-            for raw_key, raw_value, ts in sent:
+            out_times: list[int] = []
+            for (raw_key, raw_value, ts), now in zip(sent, stream_times([r[2] for r in sent]), strict=True):
                 key = key_loads(raw_key) if raw_key is not None else None
                 value = value_loads(raw_value) if raw_value is not None else None
                 for k, v in run(key, value):
                     out.append((key_dumps(k) if k is not None else None, value_dumps(v) if v is not None else None, ts))
+                    out_times.append(now)
             tasks.append(out)
-        publish(app, sink.topic, tasks)
+            times.append(out_times)
+        publish(app, sink.topic, tasks, times)
         written[sink.topic.name] = written.get(sink.topic.name, 0) + sum(len(t) for t in tasks)
     return written
 

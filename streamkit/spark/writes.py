@@ -113,7 +113,7 @@ def _keys(spark: Any, app: App, topic: str) -> set[tuple[int, bytes | None]]:
         return set()
     if sum(r.end - r.start for r in ranges) <= DRIVER_SCAN:
         held: dict[tuple[int, bytes | None], bool] = {}
-        for p, keys, values, _offsets, _timestamps in read_source(
+        for p, keys, values, _offsets, _timestamps, _times in read_source(
             options.get("path"), options.get("bootstrap"), topic, Uncounted(), iter(ranges)
         ):
             for key, value in zip(keys, values, strict=True):

@@ -277,6 +277,6 @@ def test_the_backfill_reads_segment_files_as_the_record_path_does(
                 for _t, records in read_records(FileLog(str(data_dir), TOPIC), 0, start, end) for r in records
             ]
             chunks = list(read_source(str(data_dir), None, TOPIC, Uncounted(), iter([OffsetRange(0, start, end)])))
-            got = [row for p, *fields in chunks for row in zip(*fields, strict=True) if p == 0]
-            assert all(p == 0 for p, *_ in chunks)
+            got = [row for p, *fields, _times in chunks for row in zip(*fields, strict=True) if p == 0]
+            assert all(p == 0 and times is None for p, *_, times in chunks)
             assert got == expected
