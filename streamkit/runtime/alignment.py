@@ -341,19 +341,24 @@ class StreamTimes:
         consumer = self._consumer()
         if consumer is None:
             return
-        for task in tasks:
-            if task.context.aligner_for(task.agent) is None:
-                continue
-            found = []
-            for t in task.agent.topics:
-                tp = TopicPartition(t.name, task.partition)
-                if tp in task.inboxes:
-                    try:
-                        found.append(decode_stream_time(await consumer.committed_metadata(tp)))
-                    except TransportError as exc:
-                        logger.warning("could not read the stream time of %s from its commit: %s", tp, exc)
-            times = [ts for ts in found if ts is not None]
-            task.restored_stream_time = max(times) if times else None
+        wanted = {
+            task: [tp for tp in (TopicPartition(t.name, task.partition) for t in task.agent.topics) if tp in task.inboxes]
+            for task in tasks
+            if task.context.aligner_for(task.agent) is not None
+        }
+        tps = sorted({tp for found in wanted.values() for tp in found})
+
+        async def read(tp: TopicPartition) -> int | None:
+            try:
+                return decode_stream_time(await consumer.committed_metadata(tp))
+            except TransportError as exc:
+                logger.warning("could not read the stream time of %s from its commit: %s", tp, exc)
+                return None
+
+        times = dict(zip(tps, await asyncio.gather(*(read(tp) for tp in tps)), strict=True))
+        for task, found in wanted.items():
+            known = [ts for tp in found if (ts := times.get(tp)) is not None]
+            task.restored_stream_time = max(known) if known else None
 
     async def partitions_revoked(
         self, revoked: set[TopicPartition], tasks: list[PartitionTask], committed: bool
@@ -366,11 +371,14 @@ class StreamTimes:
         out: dict[TopicPartition, str] = {}
         for task in tasks:
             member = task.member
-            if member is None or member.stream_time is None:
+            # A task not started yet (its tables restoring) keeps the stream time it restored.
+            stream_time = task.restored_stream_time if member is None else member.stream_time
+            if stream_time is None:
                 continue
-            for inbox in member.inboxes:
-                if inbox.tp in positions:
-                    out[inbox.tp] = encode_stream_time(member.stream_time)
+            for t in task.agent.topics:
+                tp = TopicPartition(t.name, task.partition)
+                if tp in positions:
+                    out[tp] = encode_stream_time(stream_time)
         return out
 
 

@@ -78,8 +78,11 @@ async def settle(producer: Producer | None, consumer: Consumer | None, inboxes: 
         await producer.flush()
     if consumer is None:
         return True
-    if not consumer.assignment():
+    assigned = consumer.assignment()
+    if not assigned:
         return False  # still joining the group
+    if any(tp not in inboxes for tp in assigned):
+        return False  # assigned, and its tasks not made yet (the assignment is under way)
     for tp, tp_inboxes in inboxes.items():
         for inbox in tp_inboxes:
             if inbox.size:

@@ -117,10 +117,11 @@ class Worker:
             list(app.tables.values()), self.client, clock, state_dir or os.path.join(".streamkit-state", app.id),
             isolation_level=READ_COMMITTED if app.exactly_once else READ_UNCOMMITTED,
         )
+        # First: a commit of the new tasks' positions carries the stream times they restore.
+        self.task_assignment.listeners.append(StreamTimes(lambda: self._consumer))
         self.task_assignment.listeners.append(
             TablesFollowPartitions(self.state_manager, self.group_info, self.assignment)
         )
-        self.task_assignment.listeners.append(StreamTimes(lambda: self._consumer))
         self.committer = Committer(
             self.task_assignment.inboxes, self.fail, lambda: self._failure is not None, self.state_manager
         )

@@ -48,6 +48,7 @@ from aiokafka.coordinator.protocol import (
 )
 from aiokafka.errors import KafkaError, ProducerFenced
 from aiokafka.errors import OffsetMetadataTooLargeError as KafkaOffsetMetadataTooLarge
+from aiokafka.producer.transaction_manager import TransactionState
 
 from streamkit._core.types import TopicPartition
 from streamkit.transport.base import (
@@ -625,7 +626,7 @@ class KafkaTransactionalProducer(KafkaProducer):
                 await asyncio.gather(*list(self._undelivered), return_exceptions=True)
             self._failures.clear()
             self._sender_failed()
-            if not self._fenced:
+            if not self._fenced and not self._between_transactions():
                 try:
                     await self._kafka().abort_transaction()
                 except ProducerFenced:
@@ -645,11 +646,18 @@ class KafkaTransactionalProducer(KafkaProducer):
             self._ending = False
         self._kick()
 
+    def _between_transactions(self) -> bool:
+        """aiokafka's transaction state is READY: a commit ended and the next transaction was
+        not begun yet (a commit cancelled right there, by a stop), so there is nothing to
+        abort (aiokafka refuses that transition with an internal assertion)."""
+        manager = getattr(self._producer, "_txn_manager", None)
+        return manager is not None and manager.state == TransactionState.READY
+
     async def _end(self) -> None:
         """Abort what was not committed: only ``commit_transaction`` makes records visible."""
         self._ending = True
         self._sender_failed()
-        if not self._fenced:  # else there is no transaction to end
+        if not self._fenced and not self._between_transactions():  # else there is no transaction to end
             try:
                 await self._kafka().abort_transaction()
             except ProducerFenced:
@@ -741,6 +749,7 @@ class KafkaConsumer:
         self._listener: RebalanceListener | None = None
         self._positions: dict[TopicPartition, int] = {}
         self._started = False
+        self._closed = False  # aiokafka's consumer starts once: a closed one is not started again
 
     def subscribe(self, topics: Sequence[str], listener: RebalanceListener) -> None:
         self._topics = list(topics)
@@ -772,6 +781,7 @@ class KafkaConsumer:
         if not self._started:
             return
         self._started = False
+        self._closed = True
         try:
             await self._consumer.stop()
         except asyncio.CancelledError:
@@ -810,15 +820,21 @@ class KafkaConsumer:
         except KafkaError as exc:
             raise TransportError(f"commit failed: {exc}") from exc
 
-    async def committed(self, tp: TopicPartition) -> int | None:
+    async def _ready_for_offsets(self) -> None:
+        """Start the consumer if it never ran (an unsubscribed member can still read the
+        group's offsets); a closed one says so."""
+        if self._closed:
+            raise TransportError(f"the consumer of group {self.group_id!r} is closed")
         if not self._started:
-            await self.start()  # an unsubscribed member can still read the group's offsets
+            await self.start()
+
+    async def committed(self, tp: TopicPartition) -> int | None:
+        await self._ready_for_offsets()
         result = await self._consumer.committed(KafkaTP(tp.topic, tp.partition))
         return None if result is None else int(result)
 
     async def committed_metadata(self, tp: TopicPartition) -> str | None:
-        if not self._started:
-            await self.start()  # an unsubscribed member can still read the group's offsets
+        await self._ready_for_offsets()
         ktp = KafkaTP(tp.topic, tp.partition)
         try:
             # What aiokafka's ``committed`` asks (OffsetFetch), keeping the metadata it drops.
@@ -844,20 +860,28 @@ class KafkaConsumer:
         self._positions[tp] = offset
 
     def position(self, tp: TopicPartition) -> int | None:
+        """The offset after the last record handed out. aiokafka's own position runs ahead
+        of that while it holds fetched records not handed out yet; once it holds none of
+        ``tp``'s, its position is the one to trust: it is past the control batches
+        (transaction markers) and aborted records that no record handed out stands for, so
+        a read_committed consumer at the end of a transactional partition is caught up."""
         known = self._positions.get(tp)
+        ktp = KafkaTP(tp.topic, tp.partition)
         if known is not None:
-            return known
+            buffered = getattr(getattr(self._consumer, "_fetcher", None), "_records", None)
+            if buffered is None or ktp in buffered:
+                return known
         # Nothing fetched yet (an empty partition, or one already read to its end): aiokafka
         # knows the position it reset to or the committed one. Its async ``position()`` may
         # wait for a reset; this reads the state it keeps, without waiting.
         try:
             subscription = self._consumer._subscription.subscription
-            state = subscription.assignment.state_value(KafkaTP(tp.topic, tp.partition))
+            state = subscription.assignment.state_value(ktp)
         except AttributeError:
-            return None
+            return known
         if state is None or not state.has_valid_position:
-            return None
-        return int(state.position)
+            return known
+        return int(state.position) if known is None else max(known, int(state.position))
 
     def highwater(self, tp: TopicPartition) -> int | None:
         hw = self._consumer.highwater(KafkaTP(tp.topic, tp.partition))

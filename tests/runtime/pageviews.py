@@ -13,6 +13,7 @@ import heapq
 import json
 import os
 import random
+import time
 from typing import Any
 
 import streamkit as sk
@@ -20,7 +21,9 @@ from streamkit._core.partitioner import partition_for_key
 from streamkit.windows import Tumbling
 from tests.windows.test_reference_model import model_time
 
-BASE = 1_700_000_000_000 - 1_700_000_000_000 % 60_000  # a round minute
+# A round minute two hours ago: recent, so that no retention by time deletes the records
+# (late records keep their own time) while a test reads them.
+BASE = int(time.time() * 1000) // 60_000 * 60_000 - 2 * 3_600_000
 PARTITIONS = 4
 SIZE_MS, GRACE_MS = 60_000, 5_000
 
@@ -72,10 +75,11 @@ def expected(views: Views) -> tuple[Late, Closed]:
 
 def make_app(name: str, broker: str, **settings: Any) -> tuple[sk.App, sk.Topic, sk.Topic]:
     """``app.stream(views).group_by(user).window(Tumbling(60, grace=5)).count(...)``, its
-    closed windows to a topic."""
+    closed windows to a topic: ``<name>-views`` to ``<name>-closed`` (a broker shared by
+    several tests keeps their inputs apart)."""
     app = sk.App(name, broker=broker, **settings)
-    views = app.topic("views", key_type=str, value_type=dict, partitions=PARTITIONS)
-    closed = app.topic("closed", key_type=str, value_type=dict, partitions=1)
+    views = app.topic(f"{name}-views", key_type=str, value_type=dict, partitions=PARTITIONS)
+    closed = app.topic(f"{name}-closed", key_type=str, value_type=dict, partitions=1)
     table = (
         app.stream(views)
         .group_by(lambda v: v["user"])
