@@ -3,8 +3,8 @@ counted per user and minute after a re-key; and what a worker (or a backfill) mu
 them: the model of one windowed task per repartition partition fed the timestamp-merged order
 of the source partitions (``heapq.merge``, ``_core/order.py``).
 
-The app is ``make_app``'s; ``app`` is one for a ``streamkit worker`` subprocess, configured
-from the environment (``PV_BROKER``, ``PV_GUARANTEE``).
+The app is ``make_app``'s; ``app`` is one named ``pv``, configured from the environment
+(``PV_BROKER``, ``PV_GUARANTEE``), for a ``streamkit worker`` subprocess or a backfill.
 """
 
 from __future__ import annotations
@@ -90,8 +90,9 @@ def make_app(name: str, broker: str, **settings: Any) -> tuple[sk.App, sk.Topic,
     return app, views, closed
 
 
-if "PV_BROKER" in os.environ:  # a ``streamkit worker -A pageviews:app`` subprocess
-    app, _views, _closed = make_app(
-        "pv", os.environ["PV_BROKER"], processing_guarantee=os.environ.get("PV_GUARANTEE", "at_least_once"),
-        commit_interval=0.2,
-    )
+# The app of a ``streamkit worker -A tests.runtime.pageviews:app`` subprocess and of a
+# backfill (its executors import it, with the environment Spark's workers started with).
+app, _views, _closed = make_app(
+    "pv", os.environ.get("PV_BROKER", "file://.streamkit"),
+    processing_guarantee=os.environ.get("PV_GUARANTEE", "at_least_once"), commit_interval=0.2,
+)
