@@ -75,7 +75,11 @@ from streamkit._core.types import TopicPartition
 from streamkit.runtime import Worker
 from streamkit.transport import open_log_client
 from streamkit.windows import Tumbling
-from tests.runtime.pageviews import GRACE_MS, SIZE_MS, Views, expected, merged, page_views
+
+try:  # issue 22's input and model, as its tests have them
+    from tests.runtime.pageviews import GRACE_MS, SIZE_MS, Views, expected, merged, page_views
+except ModuleNotFoundError as exc:
+    sys.exit(f"alignment_bench.py: cannot import {exc.name} (run it with the repository root on PYTHONPATH)")
 
 HERE = Path(__file__).resolve().parent
 IN_TOPIC = "views"
@@ -239,7 +243,7 @@ def line(run: AlignRun) -> str:
 
 
 def report(results: dict[str, list[AlignRun]], want: tuple[int, int] | None) -> None:
-    medians = {m: Medians.of(runs) for m, runs in results.items() if runs}
+    medians = {m: Medians.of(list[Run](runs)) for m, runs in results.items() if runs}
     base = medians.get("off")
     print("\nmedians; ev/CPU-s = input records per CPU second of the worker's process; ratios against off:")
     print(f"  {'max_task_drift_ms':<18} {'end-to-end ev/s':>16} {'ev/CPU-s':>10} {'e2e ratio':>10} {'CPU ratio':>10} "
