@@ -46,6 +46,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from streamkit._core.types import TopicPartition
+from streamkit.dsl.nodes import Aggregate, Sink
 from streamkit.transport.base import Consumer, TransportError
 
 if TYPE_CHECKING:
@@ -397,6 +398,14 @@ def decode_stream_time(metadata: str | None) -> int | None:
         return None
     value = found.get("stream_time") if isinstance(found, dict) else None
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def keeps_time(output: object) -> bool:
+    """Whether a pipeline stage ending in ``output`` answers differently when its records come
+    in another order: a window, a join, a table, a fold other than a count or a sum."""
+    if isinstance(output, Sink):
+        return False
+    return not (isinstance(output, Aggregate) and output.kind in ("count", "sum"))
 
 
 def alignment_groups(

@@ -45,7 +45,7 @@ from streamkit.agents.replies import encode_response, reply_topic
 from streamkit.app.application import App
 from streamkit.app.services import Service
 from streamkit.runtime import status
-from streamkit.runtime.alignment import Aligner, Member, StreamTimes, alignment_groups
+from streamkit.runtime.alignment import Aligner, Member, StreamTimes, alignment_groups, keeps_time
 from streamkit.runtime.apptasks import AppTasks
 from streamkit.runtime.assignment import Assignment
 from streamkit.runtime.commits import Committer
@@ -261,7 +261,17 @@ class Worker:
                 names.add(self.topology.hop_topic(agent, hop.topic, hop.name).name)
             return names
 
-        for group in alignment_groups(agents, lambda a: set(self.agent_inputs(a)), writes):
+        def reads(agent: Agent) -> set[str]:
+            """The inputs of an agent whose answers depend on the order of its records: an
+            agent of the app's own (its code may keep any state), or a stage ending in a window,
+            a join, or a fold other than a count or a sum. A stage forwarding records (the
+            topic after a table's stream) keeps no stream time: its writers need no pacing."""
+            stage = stages.get(agent.name)
+            if stage is not None and not keeps_time(stage.output):
+                return set()
+            return set(self.agent_inputs(agent))
+
+        for group in alignment_groups(agents, reads, writes):
             aligner = Aligner(
                 "+".join(a.name for a in group),
                 drift_ms=int(drift),

@@ -587,10 +587,14 @@ class KafkaTransactionalProducer(KafkaProducer):
             if self.fenced:
                 raise ProducerFencedError("the transaction did not commit, the producer was fenced")
             raise TransactionAbortedError("the transaction did not commit: the producer's sender failed")
-        if not self._touched and not offsets:
+        if not self._touched and not offsets and not self._between_transactions():
             return
         self._ending = True
         try:
+            if self._between_transactions():
+                # The last commit was cancelled (a stop) after the log committed it and before
+                # the next transaction began: begin it, so these offsets have one to go in.
+                await self._begin()
             if entries:
                 await self._kafka().send_offsets_to_transaction(
                     {KafkaTP(tp.topic, tp.partition): entry for tp, entry in entries.items()}, group_id
@@ -600,6 +604,9 @@ class KafkaTransactionalProducer(KafkaProducer):
             self._fenced = self.fenced = True
             self._ending = False
             raise ProducerFencedError(f"the transaction did not commit, the producer was fenced: {exc}") from exc
+        except (asyncio.CancelledError, TransportError):  # a stop; a begin the log refused
+            self._ending = False  # else the sender would hold every later batch
+            raise
         except KafkaError as exc:
             self._fenced = True
             self._ending = False
@@ -612,7 +619,7 @@ class KafkaTransactionalProducer(KafkaProducer):
         try:
             await self._begin()  # batches sent meanwhile wait for it: they belong to the next
         finally:
-            self._ending = False
+            self._ending = False  # (also when a stop cancels it: the next commit begins one)
         self._kick()
 
     async def abort_transaction(self) -> None:
