@@ -9,7 +9,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup system demo test test-matrix dist lint check bench clean
+.PHONY: setup system interop demo test test-matrix dist lint check bench clean
 
 setup: $(VENV)/.installed
 
@@ -23,6 +23,10 @@ $(VENV)/.installed: pyproject.toml
 system:
 	bash scripts/install-system-deps.sh
 
+# Kafka Streams, the oracle of streamkit's semantics and a peer in its benchmarks (Java, Maven).
+interop:
+	bash scripts/interop.sh
+
 demo: setup
 	bash scripts/demo.sh
 
@@ -31,7 +35,7 @@ lint: setup
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: setup system lint
+test: setup system interop lint
 	$(BIN)/pytest -q -p no:cacheprovider
 
 # One venv per Python (.venv-3.12, .venv-3.13) with `.[dev]` only: scripts/test-matrix.sh.
