@@ -120,7 +120,9 @@ def test_the_layers_contract_names_every_package() -> None:
 
 def test_the_tests_mirror_the_package() -> None:
     """``tests/<package>/`` for each package's tests; besides them only the shared fixtures
-    (``support``) and the example apps' tests (``apps``, after the top-level ``apps/``)."""
+    (``support``), the example apps' tests (``apps``, after the top-level ``apps/``) and the
+    tests against Kafka Streams (``interop``, after the top-level ``interop/``)."""
     tests = ROOT / "tests"
     dirs = {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "__"))}
-    assert dirs - {"support", "apps"} <= set(_packages()), sorted(dirs - {"support", "apps"} - set(_packages()))
+    others = {"support", "apps", "interop"}
+    assert dirs - others <= set(_packages()), sorted(dirs - others - set(_packages()))
