@@ -19,3 +19,9 @@ def test_an_unknown_module_is_one_clear_error() -> None:
     done = subprocess.run(["bash", str(Path(ROOT, "scripts/interop.sh")), "no-such"], capture_output=True, text=True)
     assert done.returncode == 2
     assert done.stderr.strip() == f"interop: no module 'no-such' (no {ROOT}/interop/no-such/pom.xml)"
+
+
+def test_apache_kafka_runs_the_pinned_version() -> None:
+    pinned = re.search(r"<kafka.version>([^<]+)</kafka.version>", (ROOT / "interop/kafka/pom.xml").read_text())
+    assert pinned is not None
+    assert java("kafka", "io.streamkit.interop.kafka.Version").strip() == pinned.group(1)

@@ -8,9 +8,14 @@ Every broker a fixture started must stop cleanly at teardown: SIGTERM ends it wi
 a traceback behind a passing test fails it. When a test that uses ``broker`` fails, the broker's stderr is attached to its
 report.
 
-``log_url`` runs a test twice: on the embedded log (``file://<tmp>``) and on the module's
-broker (``kafka://127.0.0.1:<port>``). ``data_dir`` is a data directory not created yet.
+``log_url`` runs a test three times: on the embedded log (``file://<tmp>``), on the module's
+broker (``kafka://127.0.0.1:<port>``) and on Apache Kafka (the session's ``kafka``). ``data_dir`` is a data directory not created yet.
 ``faust_python`` is a python with faust-streaming (see its docstring).
+
+``kafka`` is Apache Kafka itself (one KRaft node, ``tests/support/kafka.py``) shared by the
+whole test session; ``kafka_cluster`` three nodes (replication 3, ``min.insync.replicas`` 2) for
+the tests of one module, which may kill and restart its nodes. A failing test that used either
+gets the ends of the nodes' logs in its report.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.broker import BrokerProcess, assert_stops_cleanly
+from tests.support.kafka import KafkaCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 FAUST_VENV = ROOT / "benchmarks" / ".data" / "venv-faust"
@@ -76,12 +82,33 @@ def broker_factory(tmp_path: Path) -> Iterator[type[BrokerProcess]]:
             proc.kill()
 
 
-@pytest.fixture(params=["embedded", "broker"])
+@pytest.fixture(params=["embedded", "broker", "kafka"])
 def log_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "embedded":
         return f"file://{tmp_path / 'log'}"
+    if request.param == "kafka":
+        kafka: KafkaCluster = request.getfixturevalue("kafka")
+        return f"kafka://{kafka.bootstrap}"
     broker: BrokerProcess = request.getfixturevalue("broker")
     return f"kafka://{broker.bootstrap}"
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    cluster = KafkaCluster(tmp_path_factory.mktemp("kafka"), 1)
+    try:
+        yield cluster.start()
+    finally:
+        cluster.close()
+
+
+@pytest.fixture(scope="module")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    cluster = KafkaCluster(tmp_path_factory.mktemp("kafka3"), 3)
+    try:
+        yield cluster.start()
+    finally:
+        cluster.close()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -93,6 +120,10 @@ def pytest_runtest_makereport(
         broker_proc = item.funcargs.get("broker") if hasattr(item, "funcargs") else None
         if isinstance(broker_proc, BrokerProcess):
             report.sections.append(("broker stderr", broker_proc.stderr()[-20000:]))
+        for name in ("kafka", "kafka_cluster"):
+            cluster = item.funcargs.get(name) if hasattr(item, "funcargs") else None
+            if isinstance(cluster, KafkaCluster):
+                report.sections.append((f"{name} logs", cluster.logs()[-20000:]))
     return report
 
 
