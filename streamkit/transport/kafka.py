@@ -19,7 +19,9 @@ aiokafka's TxnOffsetCommit (v0) carries no group generation, so the group cannot
 zombie (KIP-447); fencing is by transactional id instead: the runtime keeps one id per task
 (``runtime/transactions.py``, Kafka Streams' EOS-alpha), so a task's new owner's
 InitProducerId fences the previous owner, alive or not. A fenced send or commit raises
-``ProducerFencedError``.
+``ProducerFencedError``. A group's committed offsets are read stable (KIP-447's
+``require_stable``, ``kafka_offsets.py``), so a task's new owner never starts before the last
+commit while the transaction's marker is on its way.
 
 Closing: ``aclose`` of a producer or consumer ends what it has with the log (flush, abort the
 open transaction, leave the group). Cancelled meanwhile (the worker's stop gave up on a log
@@ -49,9 +51,11 @@ from aiokafka.coordinator.protocol import (
 from aiokafka.errors import KafkaError, ProducerFenced
 from aiokafka.errors import OffsetMetadataTooLargeError as KafkaOffsetMetadataTooLarge
 from aiokafka.producer.transaction_manager import TransactionState
+from aiokafka.structs import OffsetAndMetadata
 
 from streamkit._core.types import TopicPartition
 from streamkit.transport.base import (
+    READ_COMMITTED,
     READ_UNCOMMITTED,
     BatchAck,
     ConsumerRecord,
@@ -67,6 +71,7 @@ from streamkit.transport.base import (
     metadata_too_large,
     with_metadata,
 )
+from streamkit.transport.kafka_offsets import committed_offsets, read_stable_on_assignment
 from streamkit.transport.kafka_tools import (
     BrokerUnreachableError,
     KafkaTools,
@@ -732,10 +737,19 @@ def _assignor(placement: _Placement) -> type[AbstractPartitionAssignor]:
 
 
 class KafkaConsumer:
+    """A group member through aiokafka's consumer. Its committed offsets are read stable
+    (``kafka_offsets.py``): ``committed``/``committed_metadata`` always, and under
+    ``read_committed`` the positions of an assignment too, so a member never starts from the
+    offset before a transaction that committed but whose marker is not written yet."""
+
     def __init__(
-        self, bootstrap_servers: str, group_id: str, auto_offset_reset: str, isolation_level: str = READ_UNCOMMITTED
+        self, bootstrap_servers: str, group_id: str, auto_offset_reset: str, isolation_level: str = READ_UNCOMMITTED,
+        *, request_timeout_ms: int = 40_000, retry_backoff_ms: int = 100,
     ) -> None:
         self._placement = _Placement()
+        self._isolation_level = isolation_level
+        self._request_timeout_ms = request_timeout_ms  # also how long a committed offset may stay unstable
+        self._retry_backoff_ms = retry_backoff_ms
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=bootstrap_servers,
             group_id=group_id,
@@ -750,6 +764,8 @@ class KafkaConsumer:
             max_poll_interval_ms=300_000,
             fetch_max_wait_ms=100,
             max_partition_fetch_bytes=4 * 1024 * 1024,
+            request_timeout_ms=request_timeout_ms,
+            retry_backoff_ms=retry_backoff_ms,
         )
         self.group_id = group_id
         self._topics: list[str] = []
@@ -778,6 +794,8 @@ class KafkaConsumer:
             await abandon_consumer(self._consumer)
             raise
         self._started = True
+        if self._isolation_level == READ_COMMITTED:  # before the first assignment (subscribe)
+            read_stable_on_assignment(self._consumer._coordinator)
         if self._topics:
             listener = _Listener(self._listener) if self._listener is not None else ConsumerRebalanceListener()
             self._consumer.subscribe(self._topics, listener=listener)
@@ -836,22 +854,29 @@ class KafkaConsumer:
             await self.start()
 
     async def committed(self, tp: TopicPartition) -> int | None:
-        await self._ready_for_offsets()
-        result = await self._consumer.committed(KafkaTP(tp.topic, tp.partition))
-        return None if result is None else int(result)
+        found = await self._committed(tp)
+        return None if found is None else int(found.offset)
 
     async def committed_metadata(self, tp: TopicPartition) -> str | None:
+        found = await self._committed(tp)
+        return None if found is None else str(found.metadata or "")
+
+    async def _committed(self, tp: TopicPartition) -> OffsetAndMetadata | None:
+        """``tp``'s stable committed offset and metadata (aiokafka's ``OffsetAndMetadata``), or
+        None. Stable whatever the isolation level (unlike Kafka's consumer, which asks for it
+        under ``read_committed`` only): its readers decide where a task starts and the stream
+        time it resumes from, and an offset a committed transaction is about to replace is
+        never the answer they want."""
         await self._ready_for_offsets()
         ktp = KafkaTP(tp.topic, tp.partition)
         try:
-            # What aiokafka's ``committed`` asks (OffsetFetch), keeping the metadata it drops.
-            found = await self._consumer._coordinator.fetch_committed_offsets([ktp])
+            found = await committed_offsets(
+                self._consumer._coordinator, [ktp],
+                timeout_ms=self._request_timeout_ms, retry_backoff_ms=self._retry_backoff_ms,
+            )
         except KafkaError as exc:
             raise TransportError(f"cannot read the committed offset of {tp}: {exc}") from exc
-        committed = found.get(ktp)
-        if committed is None or committed.offset < 0:
-            return None
-        return str(committed.metadata or "")
+        return found.get(ktp)
 
     def assignment(self) -> set[TopicPartition]:
         return {TopicPartition(tp.topic, tp.partition) for tp in self._consumer.assignment()}
