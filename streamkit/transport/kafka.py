@@ -787,15 +787,18 @@ class KafkaConsumer:
     async def start(self) -> None:
         try:
             await self._consumer.start()
+            if self._isolation_level == READ_COMMITTED:  # before the first assignment (subscribe)
+                read_stable_on_assignment(self._consumer._coordinator)
         except KafkaError as exc:
             await self._consumer.stop()
             raise TransportError(f"consumer cannot connect: {exc}") from exc
+        except TransportError:  # an aiokafka without the method kafka_offsets replaces
+            await self._consumer.stop()
+            raise
         except asyncio.CancelledError:  # a stop while it waited for the log
             await abandon_consumer(self._consumer)
             raise
         self._started = True
-        if self._isolation_level == READ_COMMITTED:  # before the first assignment (subscribe)
-            read_stable_on_assignment(self._consumer._coordinator)
         if self._topics:
             listener = _Listener(self._listener) if self._listener is not None else ConsumerRebalanceListener()
             self._consumer.subscribe(self._topics, listener=listener)
