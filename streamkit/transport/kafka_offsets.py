@@ -8,12 +8,13 @@ the offset before it and write the committed transaction's outputs a second time
 ``require_stable`` (OffsetFetch v7+) the coordinator answers UNSTABLE_OFFSET_COMMIT (88) for
 such a partition instead, and the reader asks again after a back-off, as Kafka's consumer does.
 
-aiokafka 0.14 speaks OffsetFetch v0-v3 only. This module defines v7 (the first version with the
-flag; v6+ are flexible: compact strings and arrays, a tagged-field section after each struct,
-after Kafka's ``OffsetFetchRequest.json``/``OffsetFetchResponse.json``) and ``StableOffsetFetch``,
-a request that aiokafka's per-connection version negotiation sends as v7 to a broker offering it
-and as v3 (without the flag, the fall-back of Kafka's Java client) to one that does not
-(``streamkit broker`` offered v1-v3 when this was written). Versions 8+ (several groups per
+aiokafka 0.14 speaks OffsetFetch v0-v3 only. This module defines v7 after Kafka's
+``OffsetFetchRequest.json``/``OffsetFetchResponse.json`` (the first version with the flag; v6+
+are flexible: compact strings and arrays carry their length + 1 as an unsigned varint, 0 for
+null, and each struct ends in a tagged-field section, a varint count, 0 here), and
+``StableOffsetFetch``, a request that aiokafka's per-connection version negotiation sends as v7
+to a broker offering it and as v3 (without the flag, the fall-back of Kafka's Java client) to one
+that does not (``streamkit broker`` offered v1-v3 when this was written). Versions 8+ (several groups per
 request) bring nothing one group needs.
 
 Who reads stable: ``committed_offsets`` (``KafkaConsumer.committed``/``committed_metadata``)
