@@ -501,7 +501,9 @@ class KafkaProducer:
         if exc is not None:
             self._fail(batch, _send_error(tp, exc))
         else:
-            batch.future.set_result(delivery.result().offset)
+            # acks=0: the log answers nothing, so no offset is known (Kafka's producer says -1).
+            metadata = delivery.result()
+            batch.future.set_result(-1 if metadata is None else metadata.offset)
 
     def _fail(self, batch: _Batch, error: TransportError) -> None:
         self._failures.append(error)
