@@ -6,6 +6,7 @@ the same settings."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import re
@@ -30,6 +31,7 @@ from streamkit.transport.base import TransportError
 from streamkit.transport.connect import open_log_client
 from streamkit.transport.kafka import check_codec
 from streamkit.transport.options import ClientOptions
+from streamkit.web import WebServer
 from tests.support.broker import BrokerProcess
 from tests.support.interop import classpath
 from tests.support.kafka import KafkaCluster
@@ -88,6 +90,12 @@ def test_a_bad_value_is_a_one_line_error(settings: dict[str, object], message: s
 def test_a_heartbeat_not_below_the_session_timeout_is_refused_when_the_worker_is_made(tmp_path: Path) -> None:
     app = sk.App("hb", broker="kafka://127.0.0.1:1", broker_session_timeout=6, broker_heartbeat_interval=6)
     with pytest.raises(ConfigError, match=r"heartbeat interval \(6000 ms\) must be below the session timeout"):
+        Worker(app, state_dir=str(tmp_path))
+
+
+def test_exactly_once_with_acks_other_than_all_is_refused_when_the_worker_is_made(tmp_path: Path) -> None:
+    app = sk.App("eos", broker="kafka://127.0.0.1:1", processing_guarantee="exactly_once", producer_acks=1)
+    with pytest.raises(ConfigError, match=r"exactly_once needs producer_acks=-1 \('all'\), not 1"):
         Worker(app, state_dir=str(tmp_path))
 
 
@@ -213,6 +221,7 @@ async def test_streamkit_broker_refuses_more_replicas_than_its_one_node_as_kafka
     app, src, seen = _forwarding_app(unique, f"kafka://{broker.bootstrap}", **{**EVERY_SETTING, "topic_replication_factor": 1})
     async with Worker(app, state_dir=str(tmp_path / "state2")) as worker:
         assert await _total_of(src, seen, 30) == sum(range(30))
+        assert worker.replication_mismatches == {}  # streamkit broker describes its one replica
 
 
 # -- Apache Kafka: replication --------------------------------------------------------------
@@ -243,16 +252,17 @@ async def test_every_topic_the_worker_creates_has_the_declared_replication_on_th
     app, src, seen = _forwarding_app(unique, f"kafka://{bootstrap}", topic_replication_factor=3)
     app.topic(old)
     caplog.set_level(logging.WARNING, logger="streamkit.transport.kafka")
-    async with Worker(app, state_dir=str(tmp_path / "state")) as worker:
+    async with Worker(app, state_dir=str(tmp_path / "state")) as worker, WebServer(worker, port=0) as web:
         assert await _total_of(src, seen, 30) == sum(range(30))
         mismatches = worker.replication_mismatches
+        status = await asyncio.to_thread(_get_json, f"{web.url}/status")
     created = sorted(t for t in admin.list_topics(timeout=30).topics if t.startswith(unique) and t != old)
     # inputs, sink, the group_by's repartition topic, the table's changelog, the dead letters
     assert {f"{unique}-src", f"{unique}-dst", f"{unique}-dlq", f"{unique}-totals-changelog"} <= set(created)
     assert any("bykey" in t for t in created), created
     assert _replication(bootstrap, created) == {name: (3, "2") for name in created}
     said = f"topic {old!r} has replication factor 1 but is declared with 3"
-    assert mismatches == {old: f"{said} (used as it is)"}
+    assert mismatches == status["replication_mismatches"] == {old: f"{said} (used as it is)"}
     assert [r.getMessage() for r in caplog.records if old in r.getMessage()] == [
         f"{said} (topic_replication_factor); it is used as it is"
     ]
@@ -366,11 +376,13 @@ async def test_a_static_member_back_within_the_session_timeout_keeps_its_partiti
         await first.stop()
 
 
-def _assigned(url: str) -> set[str]:
-    with urllib.request.urlopen(f"{url}/status", timeout=5) as response:
-        import json
+def _get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.load(response)
 
-        return set(json.load(response)["assignment"])
+
+def _assigned(url: str) -> set[str]:
+    return set(_get_json(f"{url}/status")["assignment"])
 
 
 async def test_a_sigkilled_worker_loses_its_partitions_within_the_session_timeout(
