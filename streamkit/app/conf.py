@@ -289,8 +289,9 @@ def _table() -> dict[str, Setting]:
              "seconds the coordinator waits for members to rejoin in a rebalance; None: "
              "broker_session_timeout (Faust's default is 60)")
     honoured("broker_request_timeout", 30.0, _interval,
-             "seconds a request of the worker's producers and consumers may take before it is "
-             "retried (Faust's default is 90)")
+             "seconds a request of the worker's producers and group consumer may wait for Kafka's "
+             "answer; the consumer's at least its rebalance timeout and 5 s, as its JoinGroup waits "
+             "out a rebalance (Faust's default is 90)")
     honoured("table_standby_replicas", 0, _count,
              "standby replicas of tables declared without standby_replicas=: other workers of the "
              "group keep warm copies of a table's partitions from its changelog, for failover and "
