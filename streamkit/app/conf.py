@@ -292,6 +292,9 @@ def _table() -> dict[str, Setting]:
              "seconds a request of the worker's producers and group consumer may wait for Kafka's "
              "answer; the consumer's at least its rebalance timeout and 5 s, as its JoinGroup waits "
              "out a rebalance (Faust's default is 90)")
+    honoured("broker_client_id", "streamkit", _str,
+             "the client id of the worker's producers and group consumer on Kafka (its logs, quotas, "
+             "`kafka-consumer-groups --describe`; Faust's default is faust-{version})")
     honoured("table_standby_replicas", 0, _count,
              "standby replicas of tables declared without standby_replicas=: other workers of the "
              "group keep warm copies of a table's partitions from its changelog, for failover and "
@@ -318,11 +321,10 @@ def _table() -> dict[str, Setting]:
     accepted("broker_api_version consumer_api_version producer_api_version", "auto", _any,
              "API versions are negotiated")
     accepted("broker_check_crcs", True, _bool, "CRCs are always checked")
-    accepted("broker_client_id", "streamkit", _any, "the transport names its clients")
     accepted("broker_commit_every", 10_000, _count, "commits follow broker_commit_interval only")
     accepted("broker_commit_livelock_soft_timeout", 300.0, _seconds, "no livelock detector")
     accepted("broker_credentials ssl_context", None, _any,
-             "no TLS/SASL: servers and tests talk to loopback")
+             "the Kafka transport connects in plaintext only: no TLS or SASL yet")
     accepted("broker_max_poll_records", None, _optional(_count), "the transport sizes its fetches")
     accepted("consumer_max_fetch_size", 1024**2, _count, "the transport sizes its fetches")
     accepted("consumer_metadata_max_age_ms producer_metadata_max_age_ms", 300_000, _count,
@@ -338,8 +340,9 @@ def _table() -> dict[str, Setting]:
     accepted("producer_request_timeout", 1200.0, _seconds, "producers' requests time out by broker_request_timeout")
     accepted("producer_threaded", False, _bool, "the producer runs on the worker's event loop")
     accepted("recovery_consistency_check store_check_exists", True, _bool,
-             "a table's store records the changelog offset it reflects with its data, in one write; "
-             "recovery always reads the changelog on from there")
+             "a table's store keeps the changelog offset it reflects and whose partition it is in the "
+             "write of its data: recovery replays the changelog from there, and a store of another "
+             "table or app, or one RocksDB cannot open, is rebuilt from the changelog, always")
     accepted("crash_app_on_aerospike_exception", True, _bool, "no aerospike store")
     accepted("aerospike_retries_on_exception", 60, _count, "no aerospike store")
     accepted("aerospike_sleep_seconds_between_retries_on_exception", 1, _count, "no aerospike store")
@@ -354,7 +357,9 @@ def _table() -> dict[str, Setting]:
     accepted("stream_processing_timeout", 300.0, _seconds, "no per-event processing timeout")
     accepted("stream_publish_on_commit", False, _bool, "sends are produced as they happen")
     accepted("stream_recovery_delay", 0.0, _seconds, "no recovery delay")
-    accepted("stream_wait_empty", True, _bool, "the worker drains its inboxes on shutdown")
+    accepted("stream_wait_empty", True, _bool,
+             "a stop or revocation lets each task finish the record in hand; records fetched and not "
+             "processed are not committed, so the partition's next owner reads them again")
     accepted("stream_ack_cancelled_tasks stream_ack_exceptions", True, _bool, "deprecated in Faust")
     accepted("table_cleanup_interval", 30.0, _seconds,
              "windows expire by stream time as records are written, not on a timer")
@@ -463,6 +468,7 @@ class Settings:
             rebalance_timeout_ms=None if rebalance is None else _ms(rebalance),
             request_timeout_ms=_ms(self.broker_request_timeout),
             replication_factor=int(self.topic_replication_factor),
+            client_id=str(self.broker_client_id),
         )
 
     def ineffective(self) -> list[str]:

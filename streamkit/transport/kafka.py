@@ -294,6 +294,7 @@ class KafkaProducer:
     def _make_producer(self) -> AIOKafkaProducer:
         return AIOKafkaProducer(
             bootstrap_servers=self._bootstrap_servers,
+            client_id=self._settings.client_id,
             acks=self._settings.acks,
             compression_type=self._settings.compression_type,
             linger_ms=5,
@@ -786,6 +787,7 @@ class KafkaConsumer:
         self._placement = _Placement()
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=bootstrap_servers,
+            client_id=settings.client_id,
             group_id=group_id,
             # A static member (KIP-345) leaves no group on close: back within the session
             # timeout, it gets its partitions again without a rebalance.

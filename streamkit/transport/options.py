@@ -50,6 +50,7 @@ class ClientOptions:
     rebalance_timeout_ms: int | None = None  # None: the session timeout (aiokafka's rule)
     request_timeout_ms: int = 30_000
     replication_factor: int = 1
+    client_id: str = "streamkit"  # how Kafka's logs, quotas and group listings name the clients
 
     def __post_init__(self) -> None:
         if self.acks not in ACKS:

@@ -341,7 +341,7 @@ class _Counting:
 
 def _static_app(app_id: str, url: str, instance: str) -> sk.App:
     app = sk.App(app_id, broker=url, commit_interval=0.2, consumer_group_instance_id=instance,
-                 broker_session_timeout=30.0)
+                 broker_session_timeout=30.0, broker_client_id="static-client")
     src = app.topic(f"{app_id}-in", key_type=str, value_type=int, partitions=4)
 
     @app.agent(src)
@@ -362,6 +362,11 @@ async def test_a_static_member_back_within_the_session_timeout_keeps_its_partiti
     try:
         await second.start()
         await _until(lambda: len(first.assignment()) == 2 and len(second.assignment()) == 2, "both to hold two")
+        admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+        group = (await asyncio.to_thread(admin.describe_consumer_groups([unique])[unique].result, 30))
+        assert sorted((m.client_id, m.group_instance_id) for m in group.members) == [
+            ("static-client", "first"), ("static-client", "second")
+        ]
         held = second.assignment()
         watch = _Counting(first)
         await second.stop()  # a static member sends no LeaveGroup: its partitions wait for it
