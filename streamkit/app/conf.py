@@ -458,6 +458,11 @@ class Settings:
         30000
         """
         rebalance = self.broker_rebalance_timeout
+        if self.broker_heartbeat_interval >= self.broker_session_timeout:
+            raise ConfigError(
+                f"setting broker_heartbeat_interval ({self.broker_heartbeat_interval:g} s) must be below "
+                f"broker_session_timeout ({self.broker_session_timeout:g} s)"
+            )
         return ClientOptions(
             acks=int(self.producer_acks),
             compression_type=self.producer_compression_type,
