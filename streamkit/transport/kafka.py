@@ -69,6 +69,7 @@ from streamkit.transport.base import (
     with_metadata,
 )
 from streamkit.transport.kafka_tools import (
+    BrokerRejectedError,
     BrokerUnreachableError,
     KafkaTools,
     abandon_consumer,
@@ -186,9 +187,18 @@ class KafkaLogClient:
         # request naming a missing topic creates it with the default partition count instead of ours.
         tools = self._started()
         declared = self.options.replication_factor
-        count = await tools.ensure_topic(
-            name, partitions, self.options.topic_config(config or {}), replication_factor=declared
-        )
+        try:
+            count = await tools.ensure_topic(
+                name, partitions, self.options.topic_config(config or {}), replication_factor=declared
+            )
+        except BrokerRejectedError as exc:
+            if declared == 1:
+                raise
+            # More replicas than brokers (INVALID_REPLICATION_FACTOR, Kafka's and `streamkit
+            # broker`'s answer): name the topic and the setting beside the broker's words.
+            raise BrokerRejectedError(
+                f"cannot create topic {name!r} with topic_replication_factor={declared}: {exc}"
+            ) from exc
         found = await tools.replication_factor(name)
         if found is not None and found != declared and name not in self.replication_mismatches:
             text = f"topic {name!r} has replication factor {found} but is declared with {declared}"
