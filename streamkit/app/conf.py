@@ -31,6 +31,7 @@ from urllib.parse import urlparse
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from streamkit._core.errors import ConfigError
+from streamkit.transport.options import COMPRESSION_TYPES, ClientOptions
 
 _APP_ID = re.compile(r"^[a-zA-Z0-9._-]{1,200}$")
 ERROR_POLICIES = ("dlq", "stop")
@@ -166,6 +167,30 @@ def _broker(name: str, value: Any) -> Any:
     return "kafka://" + ",".join(hosts)
 
 
+def _acks(name: str, value: Any) -> Any:
+    """Kafka's producer acks: 0, 1, -1 or "all" (kept as -1, as Faust's)."""
+    if value == "all":
+        return -1
+    if isinstance(value, bool) or value not in (0, 1, -1):
+        raise ConfigError(f"setting {name} must be 0, 1, -1 or 'all', not {value!r}")
+    return value
+
+
+def _compression(name: str, value: Any) -> Any:
+    """A Kafka compression codec, or None / "none" (kept as None)."""
+    if value is None or value == "none":
+        return None
+    if value not in COMPRESSION_TYPES:
+        raise ConfigError(f"setting {name} must be one of {', '.join(COMPRESSION_TYPES)} or none, not {value!r}")
+    return value
+
+
+def _instance_id(name: str, value: Any) -> Any:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ConfigError(f"setting {name} must be a non-empty string or None, not {value!r}")
+    return value
+
+
 def _store(name: str, value: Any) -> Any:
     text = _url(name, value)
     scheme = text.split("://", 1)[0]
@@ -235,6 +260,48 @@ def _table() -> dict[str, Setting]:
     honoured("processing_guarantee", "at_least_once", _guarantee,
              "at_least_once, or exactly_once: per commit interval a task's outputs, changelog records "
              "and source offsets are committed in one transaction, consumers read committed only")
+    # A Kafka deployment's settings: the clients and topics of a kafka:// broker
+    # (``transport/options.py``); the embedded log (file://) has one copy, appends locally and
+    # keeps no group sessions, so they change nothing there.
+    honoured("topic_replication_factor", 1, _positive,
+             "replicas of every topic the worker creates (inputs, repartition, sinks, changelogs, "
+             "dead letters, replies); above 1 also their min.insync.replicas, rf-1 capped at 2 (a "
+             "topic's own config wins); a declared topic found with another factor is a warning "
+             "and on /status; `streamkit broker` (one node) refuses more than 1, as Kafka does "
+             "(INVALID_REPLICATION_FACTOR); the embedded log keeps one copy whatever the setting")
+    honoured("producer_acks", -1, _acks,
+             "acknowledgements the worker's producers wait for: 0, 1 or -1/'all' (exactly_once "
+             "needs all, as Kafka's idempotent producer does); the embedded log acknowledges once appended")
+    honoured("producer_compression_type", None, _compression,
+             "codec of the record batches the worker produces to Kafka: gzip, snappy, lz4, zstd or "
+             "None; a codec whose library is missing stops the start with one line")
+    honoured("consumer_group_instance_id", None, _instance_id,
+             "static membership (KIP-345) of the worker's group consumer on Kafka: a worker back "
+             "within broker_session_timeout keeps its partitions without a rebalance; each worker needs its own")
+    honoured("broker_session_timeout", 10.0, _interval,
+             "seconds without a heartbeat before Kafka's coordinator gives a worker's partitions "
+             "to the others (Faust's default is 60; Kafka's brokers accept 6 to 1800 by default)")
+    honoured("broker_heartbeat_interval", 1.0, _interval,
+             "seconds between the group consumer's heartbeats; below broker_session_timeout (Faust's default is 3)")
+    honoured("broker_max_poll_interval", 300.0, _interval,
+             "seconds the group consumer may go without polling before it leaves the group (Faust's default is 1000)")
+    honoured("broker_rebalance_timeout", None, _optional(_interval),
+             "seconds the coordinator waits for members to rejoin in a rebalance; None: "
+             "broker_session_timeout (Faust's default is 60)")
+    honoured("broker_request_timeout", 30.0, _interval,
+             "seconds a request of the worker's producers and group consumer may wait for Kafka's "
+             "answer; the consumer's at least its rebalance timeout and 5 s, as its JoinGroup waits "
+             "out a rebalance (Faust's default is 90)")
+    honoured("broker_client_id", "streamkit", _str,
+             "the client id of the worker's producers and group consumer on Kafka (its logs, quotas, "
+             "`kafka-consumer-groups --describe`; Faust's default is faust-{version})")
+    honoured("table_standby_replicas", 0, _count,
+             "standby replicas of tables declared without standby_replicas=: other workers of the "
+             "group keep warm copies of a table's partitions from its changelog, for failover and "
+             "queries (Kafka Streams' num.standby.replicas, default 0; Faust's default is 1)")
+    honoured("canonical_url", None, _optional(_url),
+             "the URL of this worker's HTTP API told to the group, so other workers route table "
+             "queries here (default: the URL `streamkit worker --web-port` serves)")
     # accepted, no effect here
     honoured("store", "memory://", _store,
              "the store of tables declared without store= (memory:// or rocksdb://); when the app "
@@ -242,7 +309,9 @@ def _table() -> dict[str, Setting]:
     accepted("autodiscover", False, _any, "streamkit imports the app module named by -A; no scanning")
     accepted("origin", None, _optional(_str), "Faust's app module path for its CLI; `streamkit worker -A module:app` names it")
     accepted("datadir", Path("{conf.name}-data"), _path, "the embedded log's directory is the broker's file://DIR")
-    accepted("tabledir", Path("tables"), _path, "tables are not offered yet")
+    accepted("tabledir", Path("tables"), _path,
+             "table stores live in the worker's state directory (`streamkit worker --state-dir`, "
+             "default .streamkit-state/{id})")
     accepted("debug", False, _bool, "no debug mode")
     accepted("env_prefix", None, _optional(_str), "settings are not read from the environment")
     accepted("agent_supervisor", None, _any, "agent failures follow on_error, not a supervisor strategy")
@@ -252,34 +321,28 @@ def _table() -> dict[str, Setting]:
     accepted("broker_api_version consumer_api_version producer_api_version", "auto", _any,
              "API versions are negotiated")
     accepted("broker_check_crcs", True, _bool, "CRCs are always checked")
-    accepted("broker_client_id", "streamkit", _any, "the transport names its clients")
     accepted("broker_commit_every", 10_000, _count, "commits follow broker_commit_interval only")
     accepted("broker_commit_livelock_soft_timeout", 300.0, _seconds, "no livelock detector")
     accepted("broker_credentials ssl_context", None, _any,
-             "no TLS/SASL: servers and tests talk to loopback")
-    accepted("broker_heartbeat_interval", 3.0, _seconds, "the transport's group defaults apply")
-    accepted("broker_max_poll_interval", 1000.0, _seconds, "the transport's group defaults apply")
+             "the Kafka transport connects in plaintext only: no TLS or SASL yet")
     accepted("broker_max_poll_records", None, _optional(_count), "the transport sizes its fetches")
-    accepted("broker_rebalance_timeout", 60.0, _seconds, "the transport's group defaults apply")
-    accepted("broker_request_timeout", 90.0, _seconds, "the transport's defaults apply")
-    accepted("broker_session_timeout", 60.0, _seconds, "the transport's group defaults apply")
     accepted("consumer_max_fetch_size", 1024**2, _count, "the transport sizes its fetches")
-    accepted("consumer_group_instance_id", None, _optional(_str), "no static membership")
     accepted("consumer_metadata_max_age_ms producer_metadata_max_age_ms", 300_000, _count,
              "the transport's defaults apply")
     accepted("consumer_connections_max_idle_ms producer_connections_max_idle_ms", 540_000, _count,
              "the transport's defaults apply")
     accepted("logging_config loghandlers", None, _any, "streamkit logs through the logging module; configure it there")
-    accepted("producer_acks", -1, _any, "produces wait for all in-sync replicas")
-    accepted("producer_compression_type", None, _any, "the transport's default applies")
     accepted("producer_linger", 0.0, _seconds, "the worker's sender batches by itself")
     accepted("producer_linger_ms", 0, _count, "the worker's sender batches by itself")
     accepted("producer_max_batch_size", 16384, _count, "the transport's default applies")
     accepted("producer_max_request_size", 1_000_000, _count, "the transport's default applies")
     accepted("producer_partitioner", None, _any, "keys are partitioned with Kafka's murmur2, as Faust's default")
-    accepted("producer_request_timeout", 1200.0, _seconds, "the transport's default applies")
+    accepted("producer_request_timeout", 1200.0, _seconds, "producers' requests time out by broker_request_timeout")
     accepted("producer_threaded", False, _bool, "the producer runs on the worker's event loop")
-    accepted("recovery_consistency_check store_check_exists", True, _bool, "tables are not offered yet")
+    accepted("recovery_consistency_check store_check_exists", True, _bool,
+             "a table's store keeps the changelog offset it reflects and whose partition it is in the "
+             "write of its data: recovery replays the changelog from there, and a store of another "
+             "table or app, or one RocksDB cannot open, is rebuilt from the changelog, always")
     accepted("crash_app_on_aerospike_exception", True, _bool, "no aerospike store")
     accepted("aerospike_retries_on_exception", 60, _count, "no aerospike store")
     accepted("aerospike_sleep_seconds_between_retries_on_exception", 1, _count, "no aerospike store")
@@ -294,16 +357,16 @@ def _table() -> dict[str, Setting]:
     accepted("stream_processing_timeout", 300.0, _seconds, "no per-event processing timeout")
     accepted("stream_publish_on_commit", False, _bool, "sends are produced as they happen")
     accepted("stream_recovery_delay", 0.0, _seconds, "no recovery delay")
-    accepted("stream_wait_empty", True, _bool, "the worker drains its inboxes on shutdown")
+    accepted("stream_wait_empty", True, _bool,
+             "a stop or revocation lets each task finish the record in hand; records fetched and not "
+             "processed are not committed, so the partition's next owner reads them again")
     accepted("stream_ack_cancelled_tasks stream_ack_exceptions", True, _bool, "deprecated in Faust")
-    accepted("table_cleanup_interval", 30.0, _seconds, "tables and windows are not offered yet")
-    accepted("table_key_index_size", 1000, _count, "tables are not offered yet")
-    accepted("table_standby_replicas", 1, _count, "tables are not offered yet")
+    accepted("table_cleanup_interval", 30.0, _seconds,
+             "windows expire by stream time as records are written, not on a timer")
+    accepted("table_key_index_size", 1000, _count, "windowed tables list their keys from the store: no key index")
     accepted("topic_allow_declare", True, _bool, "the worker always creates missing topics")
     accepted("topic_disable_leader", False, _bool, "no leader topic")
-    accepted("topic_replication_factor", 1, _positive, "topics are created with the broker's replication")
     accepted("cache", "memory://", _any, "no web cache")
-    accepted("canonical_url", None, _any, "no routing between workers yet")
     accepted("web", "aiohttp://", _any, "the HTTP API is aiohttp's")
     accepted("web_bind web_host", "127.0.0.1", _any, "use `streamkit worker --web-host`")
     accepted("web_port", 6066, _port, "use `streamkit worker --web-port`")
@@ -388,9 +451,38 @@ class Settings:
     def commit_interval_ms(self) -> int:
         return int(self.broker_commit_interval * 1000)
 
+    def client_options(self) -> ClientOptions:
+        """The settings of a Kafka deployment, as the transport takes them (``transport/options.py``).
+
+        >>> Settings("shop", producer_acks="all", broker_session_timeout=30).client_options().session_timeout_ms
+        30000
+        """
+        rebalance = self.broker_rebalance_timeout
+        if self.broker_heartbeat_interval >= self.broker_session_timeout:
+            raise ConfigError(
+                f"setting broker_heartbeat_interval ({self.broker_heartbeat_interval:g} s) must be below "
+                f"broker_session_timeout ({self.broker_session_timeout:g} s)"
+            )
+        return ClientOptions(
+            acks=int(self.producer_acks),
+            compression_type=self.producer_compression_type,
+            group_instance_id=self.consumer_group_instance_id,
+            session_timeout_ms=_ms(self.broker_session_timeout),
+            heartbeat_interval_ms=_ms(self.broker_heartbeat_interval),
+            max_poll_interval_ms=_ms(self.broker_max_poll_interval),
+            rebalance_timeout_ms=None if rebalance is None else _ms(rebalance),
+            request_timeout_ms=_ms(self.broker_request_timeout),
+            replication_factor=int(self.topic_replication_factor),
+            client_id=str(self.broker_client_id),
+        )
+
     def ineffective(self) -> list[str]:
         """The settings given that do nothing here (see ``SETTINGS``), sorted."""
         return sorted(k for k in self._given if not SETTINGS[k].honoured)
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
 
 
 def _resolve(name: str) -> str:

@@ -81,7 +81,7 @@ async def run_command(app: App, command: Command, params: dict[str, Any]) -> Non
     if app.sender is not None:  # a worker (or a caller) already sends for this app
         await _call(app, command, params)
         return
-    client = open_log_client(app.broker)
+    client = open_log_client(app.broker, options=app.conf.client_options())
     await client.start()
     try:
         producer = client.producer()

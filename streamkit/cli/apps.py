@@ -342,7 +342,7 @@ def send(app_ref: str, broker: str | None, topic: str, value: str, key: str | No
 async def _send_one(
     app: App, broker: str | None, topic: Topic, key: Any, value: Any, partition: int | None
 ) -> tuple[str, int, int]:
-    client = open_log_client(broker or app.broker)
+    client = open_log_client(broker or app.broker, options=app.conf.client_options())
     await client.start()
     try:
         producer = client.producer()

@@ -39,7 +39,7 @@ class ScriptRuntime:
     def __init__(self, app: App, loop: asyncio.AbstractEventLoop) -> None:
         self.app = app
         self.loop = loop
-        self.client: LogClient = open_log_client(app.broker)
+        self.client: LogClient = open_log_client(app.broker, options=app.conf.client_options())
         self._producer: Producer | None = None
         self._runtime_sender: RuntimeSender | None = None
         self.replies = ReplyConsumer(app, self.client)

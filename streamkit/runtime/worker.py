@@ -101,7 +101,7 @@ class Worker:
     ) -> None:
         self.app = app
         install_plans(app)  # the DSL's plans, compiled into agents
-        self.client = client or open_log_client(broker or app.broker, owner=True)
+        self.client = client or open_log_client(broker or app.broker, owner=True, options=app.conf.client_options())
         self.clock = clock
         self._run_timers = run_timers
         self.stats = WorkerStats()
@@ -232,7 +232,9 @@ class Worker:
                 consumer = self.client.consumer(self.app.id, auto_offset_reset=self.app.auto_offset_reset)
             consumer.subscribe(inputs, self.rebalancer)
             standby = max((t.standby_replicas for t in self.app.tables.values()), default=0)
-            consumer.advertise(MemberInfo(self.advertised_url, standby))
+            # Faust's canonical_url: the address others reach this worker's HTTP API at (a
+            # proxy's, a container's), when it is not the one it serves on.
+            consumer.advertise(MemberInfo(self.app.conf.canonical_url or self.advertised_url, standby))
             self._consumer = self.rebalancer.consumer = consumer
             self._fetcher = Fetcher(consumer, self.task_assignment.inboxes, self.stats, self._stop)
             self.committer.bind(producer, consumer)
@@ -335,6 +337,13 @@ class Worker:
     def partition_mismatches(self) -> dict[str, str]:
         """Topics found with another partition count than declared: name -> what was said."""
         return self.topology.partition_mismatches
+
+    @property
+    def replication_mismatches(self) -> dict[str, str]:
+        """Topics found with another replication factor than ``topic_replication_factor``:
+        name -> what was said (a Kafka log's; the embedded log keeps one copy)."""
+        found = getattr(self.client, "replication_mismatches", None)
+        return dict(found) if isinstance(found, dict) else {}
 
     def partition_count_of(self, topic: Topic) -> int | None:
         return self.topology.partition_count_of(topic)

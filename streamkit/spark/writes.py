@@ -175,7 +175,7 @@ def ensure_topic(app: App, name: str, partitions: int, config: Any) -> int:
         return found
 
     async def ensure() -> int:
-        client = open_log_client(app.broker)
+        client = open_log_client(app.broker, options=app.conf.client_options())
         await client.start()
         try:
             return await client.ensure_topic(name, partitions, config)

@@ -69,7 +69,7 @@ class Table:
         value_serializer: str | Serde | None = None,
         partitions: int | None = None,
         store: str | None = None,
-        standby_replicas: int = 0,
+        standby_replicas: int | None = None,
         help: str = "",
         is_global: bool = False,
     ) -> None:
@@ -85,6 +85,9 @@ class Table:
         kind = STORES.get(store)
         if kind is None:
             raise ConfigError(f"table {name!r}: store must be 'rocksdb' or 'memory', not {store!r}")
+        if standby_replicas is None:
+            # The app's ``table_standby_replicas`` setting (Faust's); 0 without an app's settings.
+            standby_replicas = int(getattr(getattr(app, "conf", None), "table_standby_replicas", 0))
         if standby_replicas < 0:
             raise ConfigError(f"table {name!r}: standby_replicas must be >= 0")
         self.app = app

@@ -149,7 +149,11 @@ class BatchAck:
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
         base = yield from self._future.__await__()
-        return RecordMetadata(self._topic, self._partition, base + self._index, self._timestamp)
+        return RecordMetadata(self._topic, self._partition, self._offset(base), self._timestamp)
+
+    def _offset(self, base: int) -> int:
+        """The record's offset; -1 when the log told none (a producer with acks=0, as Kafka's)."""
+        return base + self._index if base >= 0 else -1
 
     # Read as Faust's send future is (``fut.done()``, ``fut.result()``), without a future per record.
     def done(self) -> bool:
@@ -158,7 +162,7 @@ class BatchAck:
     def result(self) -> RecordMetadata:
         """The metadata once acknowledged; raises the send's error, or
         ``asyncio.InvalidStateError`` while it is not acknowledged yet."""
-        return RecordMetadata(self._topic, self._partition, self._future.result() + self._index, self._timestamp)
+        return RecordMetadata(self._topic, self._partition, self._offset(self._future.result()), self._timestamp)
 
     def exception(self) -> BaseException | None:
         return self._future.exception()

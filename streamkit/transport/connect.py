@@ -7,10 +7,15 @@ from urllib.parse import urlparse
 
 from streamkit._core.errors import ConfigError
 from streamkit.transport.base import LogClient
+from streamkit.transport.options import ClientOptions
 
 
-def open_log_client(url: str, *, owner: bool = False) -> LogClient:
+def open_log_client(url: str, *, owner: bool = False, options: ClientOptions | None = None) -> LogClient:
     """The driver for ``url``: ``file://DIR`` (embedded) or ``kafka://host:port[,host:port]``.
+
+    ``options`` (a Kafka deployment's settings: acks, compression, group timeouts, static
+    membership, replication) apply to a ``kafka://`` log; a ``file://`` log has no use for
+    them, whether embedded or joined through its owner's port (``options.py``).
 
     For ``file://DIR`` owned by another process (a running worker or broker), the client is a
     Kafka client of the owner's loopback port instead of failing on the directory's lock.
@@ -40,6 +45,6 @@ def open_log_client(url: str, *, owner: bool = False) -> LogClient:
         servers = url[len("kafka://") :].rstrip("/")
         if not servers:
             raise ConfigError(f"broker URL {url!r} names no host: use kafka://host:port")
-        kafka: LogClient = KafkaLogClient(servers, url=url)
+        kafka: LogClient = KafkaLogClient(servers, url=url, options=options)
         return kafka
     raise ConfigError(f"unsupported broker URL {url!r}: use file://DIR or kafka://host:port")

@@ -41,7 +41,7 @@ from collections import deque
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, codec
 from aiokafka import TopicPartition as KafkaTP
 from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
 from aiokafka.coordinator.protocol import (
@@ -53,6 +53,7 @@ from aiokafka.errors import OffsetMetadataTooLargeError as KafkaOffsetMetadataTo
 from aiokafka.producer.transaction_manager import TransactionState
 from aiokafka.structs import OffsetAndMetadata
 
+from streamkit._core.errors import ConfigError
 from streamkit._core.types import TopicPartition
 from streamkit.transport.base import (
     READ_COMMITTED,
@@ -73,6 +74,7 @@ from streamkit.transport.base import (
 )
 from streamkit.transport.kafka_offsets import committed_offsets, read_stable_on_assignment
 from streamkit.transport.kafka_tools import (
+    BrokerRejectedError,
     BrokerUnreachableError,
     KafkaTools,
     abandon_consumer,
@@ -80,6 +82,7 @@ from streamkit.transport.kafka_tools import (
     end_tasks,
     wait_for_partition,
 )
+from streamkit.transport.options import ClientOptions
 from streamkit.transport.placement import (
     GroupInfo,
     MemberInfo,
@@ -128,14 +131,36 @@ def _sender_error(producer: AIOKafkaProducer | None) -> BaseException | None:
     return task.exception()
 
 
+# The library each codec needs (aiokafka's ``codec.has_*``): gzip is Python's own.
+_CODECS = {"gzip": codec.has_gzip, "snappy": codec.has_snappy, "lz4": codec.has_lz4, "zstd": codec.has_zstd}
+
+
+def check_codec(compression_type: str | None, available: Mapping[str, Any] = _CODECS) -> None:
+    """Refuse a compression codec whose library is not installed, in one line (aiokafka's own
+    refusal is a RuntimeError deep in the producer's start)."""
+    if compression_type is not None and not available[compression_type]():
+        raise ConfigError(
+            f"producer_compression_type {compression_type!r}: its library is not installed "
+            "(aiokafka compresses snappy, lz4 and zstd with cramjam: pip install cramjam)"
+        )
+
+
 class KafkaLogClient:
     """Topics through ``KafkaTools`` (its admin client): a lookup never auto-creates a topic,
-    and ``ensure_topic`` returns once every partition answers, so a writer may write at once."""
+    and ``ensure_topic`` returns once every partition answers, so a writer may write at once.
 
-    def __init__(self, bootstrap_servers: str, *, url: str | None = None) -> None:
+    ``options`` (``options.py``) go to every producer and group consumer made here and to the
+    topics ``ensure_topic`` creates; a topic found with another replication factor than they
+    declare is said once (a warning) and kept in ``replication_mismatches``."""
+
+    def __init__(self, bootstrap_servers: str, *, url: str | None = None, options: ClientOptions | None = None) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.url = url or f"kafka://{bootstrap_servers}"
+        self.options = options or ClientOptions()
+        check_codec(self.options.compression_type)
         self._tools: KafkaTools | None = None
+        # Topics found with another replication factor than declared: name -> what was said.
+        self.replication_mismatches: dict[str, str] = {}
 
     async def start(self) -> None:
         if self._tools is None:
@@ -165,16 +190,38 @@ class KafkaLogClient:
     ) -> int:
         # Create first, never describe first: on a broker that auto-creates topics, a metadata
         # request naming a missing topic creates it with the default partition count instead of ours.
-        return await self._started().ensure_topic(name, partitions, config or {})
+        tools = self._started()
+        declared = self.options.replication_factor
+        try:
+            count = await tools.ensure_topic(
+                name, partitions, self.options.topic_config(config or {}), replication_factor=declared
+            )
+        except BrokerRejectedError as exc:
+            if declared == 1:
+                raise
+            # More replicas than brokers (INVALID_REPLICATION_FACTOR, Kafka's and `streamkit
+            # broker`'s answer): name the topic and the setting beside the broker's words.
+            raise BrokerRejectedError(
+                f"cannot create topic {name!r} with topic_replication_factor={declared}: {exc}"
+            ) from exc
+        found = await tools.replication_factor(name)
+        if found is not None and found != declared and name not in self.replication_mismatches:
+            text = f"topic {name!r} has replication factor {found} but is declared with {declared}"
+            logger.warning("%s (topic_replication_factor); it is used as it is", text)
+            self.replication_mismatches[name] = f"{text} (used as it is)"
+        return count
 
     async def partition_count(self, name: str) -> int | None:
         return await self._started().partition_count(name)
 
     def producer(self) -> KafkaProducer:
-        return KafkaProducer(self.bootstrap_servers)
+        return KafkaProducer(self.bootstrap_servers, settings=self.options)
 
     def transactional_producer(self, transactional_id: str, *, timeout_ms: int = 60_000) -> TransactionalProducer:
-        return KafkaTransactionalProducer(self.bootstrap_servers, transactional_id, timeout_ms)
+        if self.options.acks != -1:
+            # Kafka's idempotent (and so transactional) producer refuses other acks too.
+            raise ConfigError(f"exactly_once needs producer_acks=-1 ('all'), not {self.options.acks}")
+        return KafkaTransactionalProducer(self.bootstrap_servers, transactional_id, timeout_ms, settings=self.options)
 
     def reader(self, *, isolation_level: str = READ_UNCOMMITTED) -> KafkaReader:
         return KafkaReader(self.bootstrap_servers, check_isolation_level(isolation_level))
@@ -182,7 +229,10 @@ class KafkaLogClient:
     def consumer(
         self, group_id: str, *, auto_offset_reset: str = "earliest", isolation_level: str = READ_UNCOMMITTED
     ) -> KafkaConsumer:
-        return KafkaConsumer(self.bootstrap_servers, group_id, auto_offset_reset, check_isolation_level(isolation_level))
+        return KafkaConsumer(
+            self.bootstrap_servers, group_id, auto_offset_reset, check_isolation_level(isolation_level),
+            settings=self.options,
+        )
 
 
 class KafkaReader:
@@ -235,8 +285,9 @@ class KafkaProducer:
     wait for hand-over (aiokafka takes one more per partition only when the last is drained).
     """
 
-    def __init__(self, bootstrap_servers: str, **options: Any) -> None:
+    def __init__(self, bootstrap_servers: str, *, settings: ClientOptions | None = None, **options: Any) -> None:
         self._bootstrap_servers = bootstrap_servers
+        self._settings = settings or ClientOptions()  # acks, compression, request timeout
         self._options = options  # more aiokafka settings (a transactional id)
         self._producer: AIOKafkaProducer | None = None  # made by start (``_kafka``)
         self._started = False
@@ -258,10 +309,12 @@ class KafkaProducer:
     def _make_producer(self) -> AIOKafkaProducer:
         return AIOKafkaProducer(
             bootstrap_servers=self._bootstrap_servers,
-            acks="all",
+            client_id=self._settings.client_id,
+            acks=self._settings.acks,
+            compression_type=self._settings.compression_type,
             linger_ms=5,
             max_batch_size=1024 * 1024,
-            request_timeout_ms=30_000,
+            request_timeout_ms=self._settings.request_timeout_ms,
             **self._options,
         )
 
@@ -464,7 +517,9 @@ class KafkaProducer:
         if exc is not None:
             self._fail(batch, _send_error(tp, exc))
         else:
-            batch.future.set_result(delivery.result().offset)
+            # acks=0: the log answers nothing, so no offset is known (Kafka's producer says -1).
+            metadata = delivery.result()
+            batch.future.set_result(-1 if metadata is None else metadata.offset)
 
     def _fail(self, batch: _Batch, error: TransportError) -> None:
         self._failures.append(error)
@@ -513,9 +568,11 @@ class KafkaTransactionalProducer(KafkaProducer):
     machine broken after either.
     """
 
-    def __init__(self, bootstrap_servers: str, transactional_id: str, timeout_ms: int) -> None:
+    def __init__(
+        self, bootstrap_servers: str, transactional_id: str, timeout_ms: int, *, settings: ClientOptions | None = None
+    ) -> None:
         super().__init__(
-            bootstrap_servers, transactional_id=transactional_id, transaction_timeout_ms=timeout_ms,
+            bootstrap_servers, settings=settings, transactional_id=transactional_id, transaction_timeout_ms=timeout_ms,
             enable_idempotence=True,
         )
         self.transactional_id = transactional_id
@@ -744,27 +801,35 @@ class KafkaConsumer:
 
     def __init__(
         self, bootstrap_servers: str, group_id: str, auto_offset_reset: str, isolation_level: str = READ_UNCOMMITTED,
-        *, request_timeout_ms: int = 40_000, retry_backoff_ms: int = 100,
+        *, settings: ClientOptions | None = None, request_timeout_ms: int | None = None, retry_backoff_ms: int = 100,
     ) -> None:
+        settings = settings or ClientOptions()
+        if request_timeout_ms is None:
+            request_timeout_ms = settings.consumer_request_timeout_ms
         self._placement = _Placement()
         self._isolation_level = isolation_level
         self._request_timeout_ms = request_timeout_ms  # also how long a committed offset may stay unstable
         self._retry_backoff_ms = retry_backoff_ms
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=bootstrap_servers,
+            client_id=settings.client_id,
             group_id=group_id,
+            # A static member (KIP-345) leaves no group on close: back within the session
+            # timeout, it gets its partitions again without a rebalance.
+            group_instance_id=settings.group_instance_id,
             enable_auto_commit=False,
             auto_offset_reset=auto_offset_reset,
             isolation_level=isolation_level,
             # One assignor only: with more, aiokafka sends a JoinGroup per assignor on every
             # rejoin, and members joining together rebalance each other forever (module doc).
             partition_assignment_strategy=(_assignor(self._placement),),
-            session_timeout_ms=10_000,
-            heartbeat_interval_ms=1_000,
-            max_poll_interval_ms=300_000,
+            session_timeout_ms=settings.session_timeout_ms,
+            heartbeat_interval_ms=settings.heartbeat_interval_ms,
+            max_poll_interval_ms=settings.max_poll_interval_ms,
+            rebalance_timeout_ms=settings.rebalance_timeout_ms,
+            request_timeout_ms=request_timeout_ms,
             fetch_max_wait_ms=100,
             max_partition_fetch_bytes=4 * 1024 * 1024,
-            request_timeout_ms=request_timeout_ms,
             retry_backoff_ms=retry_backoff_ms,
         )
         self.group_id = group_id

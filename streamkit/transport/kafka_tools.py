@@ -396,27 +396,47 @@ class KafkaTools:
     async def list_topics(self, *, include_internal: bool = False) -> list[str]:
         return sorted(await self._partition_counts(internal_too=include_internal))
 
-    async def create_topic(self, name: str, partitions: int, config: Mapping[str, str]) -> None:
+    async def create_topic(
+        self, name: str, partitions: int, config: Mapping[str, str], *, replication_factor: int = 1
+    ) -> None:
         """Create topic ``name``; return once every partition of it answers."""
-        await self._create(name, partitions, config, exist_ok=False)
+        await self._create(name, partitions, config, replication_factor, exist_ok=False)
 
-    async def ensure_topic(self, name: str, partitions: int, config: Mapping[str, str]) -> int:
+    async def ensure_topic(
+        self, name: str, partitions: int, config: Mapping[str, str], *, replication_factor: int = 1
+    ) -> int:
         """Create topic ``name`` unless it exists; once every partition of it answers, its
         partition count (an existing topic's own, which may differ from ``partitions``)."""
-        return await self._create(name, partitions, config, exist_ok=True)
+        return await self._create(name, partitions, config, replication_factor, exist_ok=True)
+
+    async def replication_factor(self, name: str) -> int | None:
+        """The replicas of ``name``'s partition 0 (None: no such topic). Call it for a topic
+        known to exist: the Metadata request names it."""
+        admin = await self._admin_client()
+        async with _errors(f"cannot describe topic {name!r}"):
+            topics = await admin.describe_topics([name])
+        for topic in topics:
+            if topic["topic"] == name and not topic["error_code"]:
+                first = min(topic["partitions"], key=lambda p: p["partition"], default=None)
+                return None if first is None else len(first["replicas"])
+        return None
 
     async def partition_count(self, name: str) -> int | None:
         """``name``'s partition count, None when there is no such topic (never creates it)."""
         found = (await self._partition_counts(internal_too=True)).get(name)
         return None if found is None else found[0]
 
-    async def _create(self, name: str, partitions: int, config: Mapping[str, str], *, exist_ok: bool) -> int:
+    async def _create(
+        self, name: str, partitions: int, config: Mapping[str, str], replication_factor: int, *, exist_ok: bool
+    ) -> int:
         where = f"cannot create topic {name!r}"
         admin = await self._admin_client()
         created = False
         try:
             async with _errors(where):
-                response = await admin.create_topics([NewTopic(name, partitions, 1, topic_configs=dict(config))])
+                response = await admin.create_topics(
+                    [NewTopic(name, partitions, replication_factor, topic_configs=dict(config))]
+                )
         except TransportError as exc:
             if not (exist_ok and getattr(exc.__cause__, "errno", None) == _EXISTS):
                 raise

@@ -234,6 +234,7 @@ class WebServer:
                 "failing_agents": w.failing_agents(),
                 "stalled": {str(tp): why for tp, why in sorted(w.stalled().items())},
                 "partition_mismatches": w.partition_mismatches,
+                "replication_mismatches": w.replication_mismatches,
                 "tables": w.state_manager.describe(),
                 "late_records": late_counts(w.app),
                 "late_rate": late_rates(w.app),

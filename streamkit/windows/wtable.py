@@ -119,7 +119,7 @@ class WindowedTable(Table):
         partitions: int | None = None,
         store: str | None = None,
         expires: Duration | None = None,
-        standby_replicas: int = 0,
+        standby_replicas: int | None = None,
         help: str = "",
     ) -> None:
         if not isinstance(spec, (Hopping, Session, Sliding)):
