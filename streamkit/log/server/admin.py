@@ -5,7 +5,7 @@ Topic configs travel under Kafka's names (``retention.ms``...) and are checked b
 ``TopicConfig.from_kafka``. On one node a replication factor of 1 (or -1, "the default",
 at v4) is the only one possible. DescribeConfigs returns every entry, as librdkafka's
 read-modify-write of configs needs: a topic's entries are its full ``TopicConfig`` (set
-ones report source DYNAMIC_TOPIC_CONFIG, the rest DEFAULT_CONFIG); the broker resource
+on the topic report source DYNAMIC_TOPIC_CONFIG, the rest DEFAULT_CONFIG); the broker resource
 lists the broker's settings.
 """
 
@@ -191,11 +191,10 @@ def _describe(state: BrokerState, resource: DescribeConfigsResource) -> Describe
             result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             result.error_message = f"unknown topic {name!r}"
             return result
-        values = state.log.describe_topic(name).config.to_kafka()
-        defaults = state.log.defaults.to_kafka()
+        config = state.log.describe_topic(name).config
         entries = [
-            (key, value, DEFAULT_CONFIG if defaults.get(key) == value else DYNAMIC_TOPIC_CONFIG)
-            for key, value in values.items()
+            (key, value, DYNAMIC_TOPIC_CONFIG if key in config.overrides else DEFAULT_CONFIG)
+            for key, value in config.to_kafka().items()
         ]
     elif resource.resource_type == BROKER_RESOURCE:
         if resource.resource_name not in ("", str(state.config.node_id)):
