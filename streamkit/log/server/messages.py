@@ -293,17 +293,19 @@ class OffsetFetchRequestTopic:
 
 @dataclass(slots=True, kw_only=True)
 class OffsetFetchRequest:
-    """OffsetFetch request, api key 9: fields of v3 (v1-v3 decode into it)."""
+    """OffsetFetch request, api key 9: fields of v7 (v1-v7 decode into it)."""
 
     API_KEY: ClassVar[int] = 9
     group_id: str = ""
     topics: list[OffsetFetchRequestTopic] | None = None
+    require_stable: bool = False
 
 
 @dataclass(slots=True, kw_only=True)
 class OffsetFetchResponsePartition:
     partition_index: int = 0
     committed_offset: int = 0
+    committed_leader_epoch: int = -1
     metadata: str | None = None
     error_code: int = 0
 
@@ -316,7 +318,7 @@ class OffsetFetchResponseTopic:
 
 @dataclass(slots=True, kw_only=True)
 class OffsetFetchResponse:
-    """OffsetFetch response, api key 9: fields of v3 (encodes as v1-v3)."""
+    """OffsetFetch response, api key 9: fields of v7 (encodes as v1-v7)."""
 
     API_KEY: ClassVar[int] = 9
     throttle_time_ms: int = 0
@@ -743,13 +745,16 @@ class TxnOffsetCommitRequestTopic:
 
 @dataclass(slots=True, kw_only=True)
 class TxnOffsetCommitRequest:
-    """TxnOffsetCommit request, api key 28: fields of v2 (v0-v2 decode into it)."""
+    """TxnOffsetCommit request, api key 28: fields of v3 (v0-v3 decode into it)."""
 
     API_KEY: ClassVar[int] = 28
     transactional_id: str = ""
     group_id: str = ""
     producer_id: int = 0
     producer_epoch: int = 0
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
     topics: list[TxnOffsetCommitRequestTopic] = field(default_factory=list)
 
 
@@ -767,7 +772,7 @@ class TxnOffsetCommitResponseTopic:
 
 @dataclass(slots=True, kw_only=True)
 class TxnOffsetCommitResponse:
-    """TxnOffsetCommit response, api key 28: fields of v2 (encodes as v0-v2)."""
+    """TxnOffsetCommit response, api key 28: fields of v3 (encodes as v0-v3)."""
 
     API_KEY: ClassVar[int] = 28
     throttle_time_ms: int = 0
@@ -921,7 +926,7 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     2: (1, 3),
     3: (1, 5),
     8: (2, 3),
-    9: (1, 3),
+    9: (1, 7),
     10: (0, 1),
     11: (0, 5),
     12: (0, 3),
@@ -936,7 +941,7 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     24: (0, 1),
     25: (0, 1),
     26: (0, 1),
-    28: (0, 2),
+    28: (0, 3),
     32: (1, 2),
     37: (0, 1),
     42: (0, 1),

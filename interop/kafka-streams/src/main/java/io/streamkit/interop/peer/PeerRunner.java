@@ -1,0 +1,81 @@
+package io.streamkit.interop.peer;
+
+import java.time.Duration;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.atomic.AtomicLong;
+import org.apache.kafka.streams.KafkaStreams;
+import org.apache.kafka.streams.StreamsBuilder;
+import org.apache.kafka.streams.kstream.KStream;
+
+/**
+ * Runs one peer topology: prints {@code RUNNING} once the application first reaches that
+ * state, counts the input records its topology saw, and closes (committing its last work)
+ * when it has seen {@code --records} of them, on SIGTERM, or when it fails. The last line it
+ * prints is {@code processed N}; the exit code is 0 unless the application died with an error
+ * (1) or the arguments were bad (2).
+ */
+final class PeerRunner {
+    private PeerRunner() {}
+
+    interface Topology {
+        /** Builds the topology on {@code source} (the input, every record counted once). */
+        void build(StreamsBuilder builder, KStream<String, String> source, PeerArgs args);
+    }
+
+    static void run(String[] argv, Topology topology) throws InterruptedException {
+        PeerArgs args;
+        try {
+            args = PeerArgs.parse(argv);
+        } catch (IllegalArgumentException e) {
+            System.err.println("peer: " + e.getMessage());
+            System.exit(2);
+            return;
+        }
+        AtomicLong processed = new AtomicLong();
+        CountDownLatch done = new CountDownLatch(1);
+        StreamsBuilder builder = new StreamsBuilder();
+        KStream<String, String> source = builder.<String, String>stream(args.input).peek((k, v) -> {
+            if (processed.incrementAndGet() == args.records) {
+                done.countDown();
+            }
+        });
+        topology.build(builder, source, args);
+        KafkaStreams streams = new KafkaStreams(builder.build(), args.streamsConfig());
+        AtomicLong failed = new AtomicLong();
+        streams.setUncaughtExceptionHandler(exception -> {
+            System.err.println("peer: the stream thread failed: " + exception);
+            exception.printStackTrace(System.err);
+            failed.set(1);
+            done.countDown();
+            return org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler
+                .StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
+        });
+        streams.setStateListener((now, before) -> {
+            if (now == KafkaStreams.State.RUNNING && before == KafkaStreams.State.REBALANCING
+                    && failed.get() == 0 && !printedRunning) {
+                printedRunning = true;
+                System.out.println("RUNNING");
+                System.out.flush();
+            }
+            if (now == KafkaStreams.State.ERROR || now == KafkaStreams.State.PENDING_ERROR) {
+                failed.set(1);
+                done.countDown();
+            }
+        });
+        Thread hook = new Thread(done::countDown, "peer-sigterm");
+        Runtime.getRuntime().addShutdownHook(hook);
+        streams.start();
+        done.await();
+        streams.close(Duration.ofSeconds(60));
+        System.out.println("processed " + processed.get());
+        System.out.flush();
+        try {
+            Runtime.getRuntime().removeShutdownHook(hook);
+        } catch (IllegalStateException shuttingDown) {
+            return; // SIGTERM: the JVM exits once this thread returns
+        }
+        System.exit((int) failed.get());
+    }
+
+    private static volatile boolean printedRunning;
+}
