@@ -157,7 +157,7 @@ async def offset_fetch(
     order = wanted if wanted is not None else sorted(offsets)
     for tp in order:
         offset, metadata = offsets.get(tp, (-1, ""))
-        error = result.error
+        error: int = result.error
         if tp in unstable and error == 0:
             # A transaction holds an offset for it: the caller retries until it ends.
             offset, metadata, error = -1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT
