@@ -3,7 +3,7 @@
 The table follows the research notes (kafka-wire.md §4): only non-flexible versions except
 ApiVersions v3, OffsetFetch v6-7 and TxnOffsetCommit v3 (what Kafka 4.4's clients need for
 ``exactly_once_v2``: RequireStable, and the consumer's generation on transactional offset
-commits), ranges wide enough for aiokafka, kafka-python, librdkafka 2.x and the old
+commits), AlterConfigs v2 and IncrementalAlterConfigs v1 (``kafka-configs --alter``), ranges wide enough for aiokafka, kafka-python, librdkafka 2.x and the old
 librdkafka under Debian's kcat. Two deliberate differences between advertised and served:
 
 * Produce is advertised from v0, because librdkafka < 2.11.1 silently stops compressing
@@ -40,8 +40,10 @@ ADD_OFFSETS_TO_TXN = 25
 END_TXN = 26
 TXN_OFFSET_COMMIT = 28
 DESCRIBE_CONFIGS = 32
+ALTER_CONFIGS = 33
 CREATE_PARTITIONS = 37
 DELETE_GROUPS = 42
+INCREMENTAL_ALTER_CONFIGS = 44
 
 # api key -> (min, max) advertised
 ADVERTISED: dict[int, tuple[int, int]] = {
@@ -63,8 +65,10 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     DELETE_TOPICS: (1, 3),
     INIT_PRODUCER_ID: (0, 1),
     DESCRIBE_CONFIGS: (1, 2),
+    ALTER_CONFIGS: (0, 2),
     CREATE_PARTITIONS: (0, 1),
     DELETE_GROUPS: (0, 1),
+    INCREMENTAL_ALTER_CONFIGS: (0, 1),
 }
 
 TRANSACTION_APIS: dict[int, tuple[int, int]] = {

@@ -831,6 +831,45 @@ class DescribeConfigsResponse:
 
 
 @dataclass(slots=True, kw_only=True)
+class AlterConfigsAlterableConfig:
+    name: str = ""
+    value: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class AlterConfigsResource:
+    resource_type: int = 0
+    resource_name: str = ""
+    configs: list[AlterConfigsAlterableConfig] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class AlterConfigsRequest:
+    """AlterConfigs request, api key 33: fields of v2 (v0-v2 decode into it)."""
+
+    API_KEY: ClassVar[int] = 33
+    resources: list[AlterConfigsResource] = field(default_factory=list)
+    validate_only: bool = False
+
+
+@dataclass(slots=True, kw_only=True)
+class AlterConfigsResourceResponse:
+    error_code: int = 0
+    error_message: str | None = None
+    resource_type: int = 0
+    resource_name: str = ""
+
+
+@dataclass(slots=True, kw_only=True)
+class AlterConfigsResponse:
+    """AlterConfigs response, api key 33: fields of v2 (encodes as v0-v2)."""
+
+    API_KEY: ClassVar[int] = 33
+    throttle_time_ms: int = 0
+    responses: list[AlterConfigsResourceResponse] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
 class CreatePartitionsAssignment:
     broker_ids: list[int] = field(default_factory=list)
 
@@ -891,6 +930,46 @@ class DeleteGroupsResponse:
     results: list[DeleteGroupsDeletableGroupResult] = field(default_factory=list)
 
 
+@dataclass(slots=True, kw_only=True)
+class IncrementalAlterConfigsAlterableConfig:
+    name: str = ""
+    config_operation: int = 0
+    value: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class IncrementalAlterConfigsAlterConfigsResource:
+    resource_type: int = 0
+    resource_name: str = ""
+    configs: list[IncrementalAlterConfigsAlterableConfig] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class IncrementalAlterConfigsRequest:
+    """IncrementalAlterConfigs request, api key 44: fields of v1 (v0-v1 decode into it)."""
+
+    API_KEY: ClassVar[int] = 44
+    resources: list[IncrementalAlterConfigsAlterConfigsResource] = field(default_factory=list)
+    validate_only: bool = False
+
+
+@dataclass(slots=True, kw_only=True)
+class IncrementalAlterConfigsAlterConfigsResourceResponse:
+    error_code: int = 0
+    error_message: str | None = None
+    resource_type: int = 0
+    resource_name: str = ""
+
+
+@dataclass(slots=True, kw_only=True)
+class IncrementalAlterConfigsResponse:
+    """IncrementalAlterConfigs response, api key 44: fields of v1 (encodes as v0-v1)."""
+
+    API_KEY: ClassVar[int] = 44
+    throttle_time_ms: int = 0
+    responses: list[IncrementalAlterConfigsAlterConfigsResourceResponse] = field(default_factory=list)
+
+
 # api key -> (request class, response class)
 MESSAGES: dict[int, tuple[type, type]] = {
     0: (ProduceRequest, ProduceResponse),
@@ -915,8 +994,10 @@ MESSAGES: dict[int, tuple[type, type]] = {
     26: (EndTxnRequest, EndTxnResponse),
     28: (TxnOffsetCommitRequest, TxnOffsetCommitResponse),
     32: (DescribeConfigsRequest, DescribeConfigsResponse),
+    33: (AlterConfigsRequest, AlterConfigsResponse),
     37: (CreatePartitionsRequest, CreatePartitionsResponse),
     42: (DeleteGroupsRequest, DeleteGroupsResponse),
+    44: (IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
 }
 
 # api key -> (lowest, highest) version these classes implement
@@ -943,6 +1024,8 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     26: (0, 1),
     28: (0, 3),
     32: (1, 2),
+    33: (0, 2),
     37: (0, 1),
     42: (0, 1),
+    44: (0, 1),
 }
