@@ -1,12 +1,14 @@
 """A stock Kafka Streams 4.4 application runs on ``streamkit broker`` (issue 29's peer).
 
-The word count and the tumbling windowed count of ``interop/kafka-streams`` (``peer/``) run
-as subprocesses against a broker on loopback, at-least-once and ``exactly_once_v2``: Kafka
-Streams creates its internal topics there (with the configs it sets on them), joins the
-group, commits (transactionally under exactly-once, reading offsets with RequireStable),
-and the last count per key in its output topic, read with a read_committed consumer, must
-equal the input counted here. The Java process is always ended by its pid; its stderr is
-shown when a test fails.
+The word count, the tumbling windowed count and the inner windowed join of
+``interop/kafka-streams`` (``peer/``; they become the Kafka Streams peer of
+``benchmarks/window_bench.py`` and ``table_bench.py``) run as subprocesses against a broker
+on loopback, at-least-once and ``exactly_once_v2``: Kafka Streams creates its internal
+topics there (with the configs it sets on them), joins the group, commits (transactionally
+under exactly-once, reading offsets with RequireStable), and its output topic, read with a
+read_committed consumer, must equal the answer computed here: the last count per key (per
+word; per word and window) or the multiset of joined pairs. The Java process is always ended
+by its pid; its stderr is shown when a test fails.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ PARTITIONS = 3
 RUN_TIMEOUT_S = 150
 WINDOW_MS = 1_000
 BASE_TS = 1_700_000_000_000
+JOIN_USERS = 600
+JOIN_WITHIN_MS = 1_000
 
 
 @pytest.fixture(scope="module")
@@ -82,18 +86,19 @@ def peers(tmp_path: Path) -> Iterator[list[Peer]]:
         peer.stop()
 
 
-def produce(bootstrap: str, topic: str, records: list[tuple[str, int]]) -> None:
+def produce(bootstrap: str, topic: str, records: list[tuple[str, str, int]]) -> None:
+    """(key, value, timestamp) records into a new topic of ``PARTITIONS`` partitions."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(topic, PARTITIONS, 1)]).values():
         future.result(30)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for word, ts in records:
-        producer.produce(topic, key=word, value=word, timestamp=ts)
+    for key, value, ts in records:
+        producer.produce(topic, key=key, value=value, timestamp=ts)
     assert producer.flush(30) == 0
 
 
-def last_values(bootstrap: str, topic: str) -> dict[str, int]:
-    """The last value of each key in ``topic``, read to its end with read_committed."""
+def read_all(bootstrap: str, topic: str) -> list[tuple[str, str]]:
+    """Every (key, value) of ``topic``, read to its end with read_committed."""
     consumer = Consumer({
         "bootstrap.servers": bootstrap, "group.id": f"{topic}-reader", "enable.auto.commit": False,
         "isolation.level": "read_committed", "enable.partition.eof": True,
@@ -101,7 +106,7 @@ def last_values(bootstrap: str, topic: str) -> dict[str, int]:
     try:
         partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
         consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        last: dict[str, int] = {}
+        records: list[tuple[str, str]] = []
         at_end: set[int] = set()
         while len(at_end) < len(partitions):
             message = consumer.poll(10)
@@ -111,8 +116,8 @@ def last_values(bootstrap: str, topic: str) -> dict[str, int]:
                 assert error.code() == KafkaError._PARTITION_EOF, error
                 at_end.add(message.partition())
                 continue
-            last[message.key().decode()] = int(message.value().decode())
-        return last
+            records.append((message.key().decode(), message.value().decode()))
+        return records
     finally:
         consumer.close()
 
@@ -120,7 +125,8 @@ def last_values(bootstrap: str, topic: str) -> dict[str, int]:
 def run_peer(
     peers: list[Peer], tmp_path: Path, broker: BrokerProcess, main: str, unique: str, guarantee: str,
     extra: dict[str, str] | None = None,
-) -> dict[str, int]:
+) -> list[tuple[str, str]]:
+    """Run the peer over the ``RECORDS`` input records to its end: its output topic's records."""
     peer = Peer(main, {
         "bootstrap": broker.bootstrap, "application-id": unique, "input": f"{unique}-in",
         "output": f"{unique}-out", "guarantee": guarantee, "state-dir": str(tmp_path / "state"),
@@ -130,9 +136,14 @@ def run_peer(
     code, out = peer.wait(RUN_TIMEOUT_S)
     assert code == 0 and out.splitlines() == ["RUNNING", f"processed {RECORDS}"], (code, out, peer.stderr())
     try:
-        return last_values(broker.bootstrap, f"{unique}-out")
+        return read_all(broker.bootstrap, f"{unique}-out")
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{peer.stderr()}") from exc
+
+
+def last_counts(records: list[tuple[str, str]]) -> dict[str, int]:
+    """The last count of each key: the final table."""
+    return {key: int(value) for key, value in records}
 
 
 def words(seed: int) -> list[tuple[str, int]]:
@@ -147,8 +158,8 @@ def test_word_count_equals_the_counted_input(
     broker: BrokerProcess, peers: list[Peer], tmp_path: Path, unique: str, guarantee: str
 ) -> None:
     records = words(29)
-    produce(broker.bootstrap, f"{unique}-in", records)
-    counts = run_peer(peers, tmp_path, broker, "WordCount", unique, guarantee)
+    produce(broker.bootstrap, f"{unique}-in", [(word, word, ts) for word, ts in records])
+    counts = last_counts(run_peer(peers, tmp_path, broker, "WordCount", unique, guarantee))
     assert counts == Counter(word for word, _ts in records)
 
 
@@ -157,9 +168,25 @@ def test_windowed_count_equals_the_counted_input(
     broker: BrokerProcess, peers: list[Peer], tmp_path: Path, unique: str, guarantee: str
 ) -> None:
     records = words(26)
-    produce(broker.bootstrap, f"{unique}-in", records)
-    counts = run_peer(
+    produce(broker.bootstrap, f"{unique}-in", [(word, word, ts) for word, ts in records])
+    counts = last_counts(run_peer(
         peers, tmp_path, broker, "WindowedCount", unique, guarantee, {"window-ms": str(WINDOW_MS)}
-    )
+    ))
     expected = Counter(f"{word}@{ts - ts % WINDOW_MS}" for word, ts in records)
     assert counts == expected
+
+
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once_v2"])
+def test_inner_windowed_join_pairs_exactly_the_records_within_the_window(
+    broker: BrokerProcess, peers: list[Peer], tmp_path: Path, unique: str, guarantee: str
+) -> None:
+    # window_bench's join: left i at T0 + 2i, right i at T0 + 2i + 1, user i mod USERS; a
+    # user's records recur every 2 * USERS ms > the window, so each left meets one right.
+    half = RECORDS // 2
+    user = [f"user-{i % JOIN_USERS:04d}" for i in range(half)]
+    produce(broker.bootstrap, f"{unique}-in", [(user[i], f"l{i}", BASE_TS + 2 * i) for i in range(half)])
+    produce(broker.bootstrap, f"{unique}-right", [(user[i], f"r{i}", BASE_TS + 2 * i + 1) for i in range(half)])
+    pairs = run_peer(peers, tmp_path, broker, "WindowedJoin", unique, guarantee, {
+        "right": f"{unique}-right", "within-ms": str(JOIN_WITHIN_MS), "grace-ms": str(2 * RECORDS),
+    })
+    assert Counter(pairs) == Counter((user[i], f"l{i}|r{i}") for i in range(half))

@@ -10,7 +10,9 @@ import org.apache.kafka.streams.StreamsConfig;
  * The command line every peer application shares: {@code --key value} pairs, each checked,
  * a bad one reported in one line (exit 2). Keys: bootstrap, application-id, input, output,
  * guarantee (at_least_once or exactly_once_v2), state-dir, commit-interval-ms, records (stop
- * after processing this many input records; 0: run until SIGTERM), window-ms (windowed peers).
+ * after processing this many input records, of every input topic; 0: run until SIGTERM),
+ * window-ms (the windowed count's window), right (the join's second input), within-ms and
+ * grace-ms (the join's window each way and its grace).
  */
 final class PeerArgs {
     final String bootstrap;
@@ -22,6 +24,9 @@ final class PeerArgs {
     final long commitIntervalMs;
     final long records;
     final long windowMs;
+    final String right;
+    final long withinMs;
+    final long graceMs;
 
     private PeerArgs(Map<String, String> given) {
         bootstrap = required(given, "bootstrap");
@@ -36,6 +41,9 @@ final class PeerArgs {
         commitIntervalMs = number(given, "commit-interval-ms", 1000);
         records = number(given, "records", 0);
         windowMs = number(given, "window-ms", 1000);
+        right = given.getOrDefault("right", "");
+        withinMs = number(given, "within-ms", 1000);
+        graceMs = number(given, "grace-ms", 0);
     }
 
     static PeerArgs parse(String[] args) {

@@ -5,6 +5,7 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.atomic.AtomicLong;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
+import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse;
 import org.apache.kafka.streams.kstream.KStream;
 
 /**
@@ -18,28 +19,32 @@ final class PeerRunner {
     private PeerRunner() {}
 
     interface Topology {
-        /** Builds the topology on {@code source} (the input, every record counted once). */
-        void build(StreamsBuilder builder, KStream<String, String> source, PeerArgs args);
+        /** Builds the topology; {@code inputs} opens an input topic whose records are counted. */
+        void build(StreamsBuilder builder, Inputs inputs, PeerArgs args);
+    }
+
+    interface Inputs {
+        KStream<String, String> stream(String topic);
     }
 
     static void run(String[] argv, Topology topology) throws InterruptedException {
+        AtomicLong processed = new AtomicLong();
+        CountDownLatch done = new CountDownLatch(1);
+        StreamsBuilder builder = new StreamsBuilder();
         PeerArgs args;
         try {
             args = PeerArgs.parse(argv);
+            long records = args.records;
+            topology.build(builder, topic -> builder.<String, String>stream(topic).peek((k, v) -> {
+                if (processed.incrementAndGet() == records) {
+                    done.countDown();
+                }
+            }), args);
         } catch (IllegalArgumentException e) {
             System.err.println("peer: " + e.getMessage());
             System.exit(2);
             return;
         }
-        AtomicLong processed = new AtomicLong();
-        CountDownLatch done = new CountDownLatch(1);
-        StreamsBuilder builder = new StreamsBuilder();
-        KStream<String, String> source = builder.<String, String>stream(args.input).peek((k, v) -> {
-            if (processed.incrementAndGet() == args.records) {
-                done.countDown();
-            }
-        });
-        topology.build(builder, source, args);
         KafkaStreams streams = new KafkaStreams(builder.build(), args.streamsConfig());
         AtomicLong failed = new AtomicLong();
         streams.setUncaughtExceptionHandler(exception -> {
@@ -47,8 +52,7 @@ final class PeerRunner {
             exception.printStackTrace(System.err);
             failed.set(1);
             done.countDown();
-            return org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler
-                .StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
+            return StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
         });
         streams.setStateListener((now, before) -> {
             if (now == KafkaStreams.State.RUNNING && before == KafkaStreams.State.REBALANCING

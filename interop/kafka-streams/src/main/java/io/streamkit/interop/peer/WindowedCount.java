@@ -15,7 +15,7 @@ public final class WindowedCount {
     private WindowedCount() {}
 
     public static void main(String[] argv) throws InterruptedException {
-        PeerRunner.run(argv, (builder, source, args) -> source
+        PeerRunner.run(argv, (builder, inputs, args) -> inputs.stream(args.input)
             .groupByKey()
             .windowedBy(TimeWindows.ofSizeWithNoGrace(Duration.ofMillis(args.windowMs)))
             .count(Materialized.as("windowed-counts"))

@@ -13,7 +13,7 @@ public final class WordCount {
     private WordCount() {}
 
     public static void main(String[] argv) throws InterruptedException {
-        PeerRunner.run(argv, (builder, source, args) -> source
+        PeerRunner.run(argv, (builder, inputs, args) -> inputs.stream(args.input)
             .groupByKey()
             .count(Materialized.as("word-counts"))
             .toStream()
