@@ -16,13 +16,14 @@ from __future__ import annotations
 import random
 import signal
 import subprocess
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic
 
 from tests.support.broker import BrokerProcess
 from tests.support.interop import classpath
@@ -161,6 +162,47 @@ def test_word_count_equals_the_counted_input(
     produce(broker.bootstrap, f"{unique}-in", [(word, word, ts) for word, ts in records])
     counts = last_counts(run_peer(peers, tmp_path, broker, "WordCount", unique, guarantee))
     assert counts == Counter(word for word, _ts in records)
+    # Kafka Streams created its changelog itself, with the configs it sets on internal topics.
+    changelog = ConfigResource("topic", f"{unique}-word-counts-changelog")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    entries = admin.describe_configs([changelog])[changelog].result(30)
+    assert {name: e.value for name, e in entries.items() if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value} == {
+        "cleanup.policy": "compact", "message.timestamp.type": "CreateTime",
+    }
+
+
+def test_the_peer_stops_on_sigterm_after_committing_its_work(
+    broker: BrokerProcess, peers: list[Peer], tmp_path: Path, unique: str
+) -> None:
+    records = words(30)
+    produce(broker.bootstrap, f"{unique}-in", [(word, word, ts) for word, ts in records])
+    peer = Peer("WordCount", {
+        "bootstrap": broker.bootstrap, "application-id": unique, "input": f"{unique}-in",
+        "output": f"{unique}-out", "guarantee": "exactly_once_v2", "state-dir": str(tmp_path / "state"),
+        "commit-interval-ms": "200",  # no --records: it runs until SIGTERM
+    }, tmp_path / "peer.stderr")
+    peers.append(peer)
+    assert peer.proc.stdout is not None
+    assert peer.proc.stdout.readline() == "RUNNING\n", peer.stderr()
+    expected = Counter(word for word, _ts in records)
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while last_counts(read_all(broker.bootstrap, f"{unique}-out")) != expected:
+        assert time.monotonic() < deadline, peer.stderr()
+        time.sleep(0.5)
+    peer.proc.send_signal(signal.SIGTERM)
+    code, out = peer.wait(60)
+    assert (code, out) == (0, f"processed {RECORDS}\n"), peer.stderr()
+
+
+def test_bad_arguments_are_one_line_errors(tmp_path: Path) -> None:
+    done = subprocess.run(
+        ["java", "-cp", classpath("kafka-streams"), PEER + "WordCount", "--bootstrap", "127.0.0.1:9",
+         "--application-id", "a", "--input", "i", "--output", "o", "--state-dir", str(tmp_path),
+         "--guarantee", "exactly_once"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == "peer: --guarantee must be at_least_once or exactly_once_v2, not exactly_once\n"
 
 
 @pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once_v2"])

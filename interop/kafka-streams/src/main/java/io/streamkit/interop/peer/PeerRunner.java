@@ -2,6 +2,7 @@ package io.streamkit.interop.peer;
 
 import java.time.Duration;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
@@ -66,19 +67,36 @@ final class PeerRunner {
                 done.countDown();
             }
         });
-        Thread hook = new Thread(done::countDown, "peer-sigterm");
+        // On SIGTERM the JVM halts once its shutdown hooks return: this one holds it until
+        // the application is closed (its work committed) and the last line printed.
+        AtomicBoolean terminated = new AtomicBoolean();
+        CountDownLatch finished = new CountDownLatch(1);
+        Thread hook = new Thread(() -> {
+            terminated.set(true);
+            done.countDown();
+            try {
+                finished.await();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        }, "peer-sigterm");
         Runtime.getRuntime().addShutdownHook(hook);
         streams.start();
         done.await();
         streams.close(Duration.ofSeconds(60));
         System.out.println("processed " + processed.get());
         System.out.flush();
-        try {
-            Runtime.getRuntime().removeShutdownHook(hook);
-        } catch (IllegalStateException shuttingDown) {
-            return; // SIGTERM: the JVM exits once this thread returns
+        int code = (int) failed.get();
+        if (!terminated.get()) {
+            try {
+                Runtime.getRuntime().removeShutdownHook(hook);
+                System.exit(code);
+            } catch (IllegalStateException shuttingDown) {
+                // SIGTERM arrived meanwhile: end as below
+            }
         }
-        System.exit((int) failed.get());
+        finished.countDown();
+        Runtime.getRuntime().halt(code); // a stop asked for and done is a clean exit, not 143
     }
 
     private static volatile boolean printedRunning;
