@@ -108,13 +108,14 @@ class TopicConfig:
         return out
 
     def validate(self) -> None:
-        """The honoured fields' bounds (Kafka's, except the two the module docstring names)."""
+        """The honoured fields' bounds (Kafka's, except the three the module docstring names)."""
         policies = set(self.cleanup_policy.split(","))
         if not policies or not policies <= {"delete", "compact"}:
             raise invalid("cleanup.policy", self.cleanup_policy, "String must be one of: compact, delete")
-        if self.max_message_bytes > _INT32_MAX:
-            raise invalid("max.message.bytes", str(self.max_message_bytes), "Not a number of type INT")
-        if not 14 <= self.segment_bytes <= _INT32_MAX:
+        for name, value in (("max.message.bytes", self.max_message_bytes), ("segment.bytes", self.segment_bytes)):
+            if value > _INT32_MAX:
+                raise invalid(name, str(value), "Not a number of type INT")
+        if self.segment_bytes < 14:
             raise invalid("segment.bytes", str(self.segment_bytes), "Value must be at least 14")
         if self.flush_messages < 0:
             raise invalid("flush.messages", str(self.flush_messages), "Value must be at least 0")
