@@ -80,7 +80,7 @@ class Peer:
 
 
 @pytest.fixture
-def peers(tmp_path: Path) -> Iterator[list[Peer]]:
+def peers() -> Iterator[list[Peer]]:
     started: list[Peer] = []
     yield started
     for peer in started:
