@@ -33,7 +33,7 @@ API_RANGES: dict[int, tuple[str, int, int]] = {
     2: ("ListOffsets", 1, 3),
     3: ("Metadata", 1, 5),
     8: ("OffsetCommit", 2, 3),
-    9: ("OffsetFetch", 1, 3),
+    9: ("OffsetFetch", 1, 7),
     10: ("FindCoordinator", 0, 1),
     11: ("JoinGroup", 0, 5),
     12: ("Heartbeat", 0, 3),
@@ -48,10 +48,12 @@ API_RANGES: dict[int, tuple[str, int, int]] = {
     24: ("AddPartitionsToTxn", 0, 1),
     25: ("AddOffsetsToTxn", 0, 1),
     26: ("EndTxn", 0, 1),
-    28: ("TxnOffsetCommit", 0, 2),
+    28: ("TxnOffsetCommit", 0, 3),
     32: ("DescribeConfigs", 1, 2),
+    33: ("AlterConfigs", 0, 2),
     37: ("CreatePartitions", 0, 1),
     42: ("DeleteGroups", 0, 1),
+    44: ("IncrementalAlterConfigs", 0, 1),
 }
 
 _INT_TYPES = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "error_code"}

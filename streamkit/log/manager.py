@@ -497,15 +497,18 @@ class LogManager:
         fsync_dir(self.data_dir)
         shutil.rmtree(doomed, ignore_errors=True)
 
-    def alter_topic_config(self, name: str, changes: Mapping[str, str]) -> TopicDescription:
-        """Set topic configs (Kafka names); other settings keep their values."""
+    def alter_topic_config(
+        self, name: str, changes: Mapping[str, str], *, replace: bool = False
+    ) -> TopicDescription:
+        """Set topic configs (Kafka names); other settings keep their values, or, with
+        ``replace`` (Kafka's AlterConfigs), go back to their defaults."""
         self._check_open()
         self._check_writable()
         with self._lock:
             meta = self._topics.get(name)
             if meta is None:
                 raise UnknownTopicError(f"unknown topic {name!r}")
-            merged = {**meta.config, **changes}
+            merged = dict(changes) if replace else {**meta.config, **changes}
             config = TopicConfig.from_kafka(merged, base=self.defaults)
             meta = _TopicMeta(name, meta.partitions, merged)
             self._write_meta(meta)

@@ -73,7 +73,7 @@ def test_topics_create_list_describe_delete(broker: BrokerProcess) -> None:
     assert sk("topics", "create", "wire-topics", "--if-not-exists", *b).exit_code == 0
     bad_config = sk("topics", "create", "wire-bad", "-c", "no.such.config=1", *b)
     assert bad_config.exit_code == 2
-    one_line_error(bad_config.stderr, "unknown topic config 'no.such.config'")
+    one_line_error(bad_config.stderr, "Unknown topic config name: no.such.config")
 
     names = sk("topics", "list", *b).stdout.split()
     assert {"wire-topics", "wire-one"} <= set(names) and "wire-bad" not in names and names == sorted(names)

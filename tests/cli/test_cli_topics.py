@@ -53,8 +53,8 @@ def test_errors_are_one_line_with_exit_code_2(run, data_dir: Path, one_line_erro
     assert run("topics", "create", "t").exit_code == 0
     cases = [
         (("topics", "create", "t"), "already exists"),
-        (("topics", "create", "x", "--config", "no.such.config=1"), "unknown topic config 'no.such.config'"),
-        (("topics", "create", "x", "--config", "retention.ms=soon"), "must be a number"),
+        (("topics", "create", "x", "--config", "no.such.config=1"), "Unknown topic config name: no.such.config"),
+        (("topics", "create", "x", "--config", "retention.ms=soon"), "Not a number of type LONG"),
         (("topics", "create", "x", "--config", "retention.ms"), "expected KEY=VALUE"),
         (("topics", "create", "x", "--partitions", "0"), "--partitions"),
         (("topics", "create", "bad/name"), "invalid topic name"),

@@ -278,6 +278,19 @@ class GroupCoordinator:
             await self._in_store(self._store.commit, group_id, accepted)
         return OffsetCommitResult(errors)
 
+    async def validate_txn_offset_commit(
+        self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None = None
+    ) -> GroupErrorCode:
+        """TxnOffsetCommit's group side (v3 names the member): fence a zombie, an unknown
+        member or a stale generation as Kafka does; the offsets themselves wait in the
+        transaction coordinator until their transaction commits."""
+        if (error := self._refusal()) is not None:
+            return error
+        step = self._registry.validate_offset_commit(
+            self._clock.monotonic_ms(), group_id, member_id, generation_id, group_instance_id, transactional=True
+        )
+        return await self._reply(step, GroupErrorCode)
+
     async def fetch_offsets(
         self, group_id: str, partitions: Iterable[TopicPartition] | None = None
     ) -> OffsetFetchResult:

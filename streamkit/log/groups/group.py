@@ -142,12 +142,30 @@ class Group:
         return self._finish(now_ms, LeaveGroupResult(error), LeaveGroupResult)
 
     def validate_offset_commit(
-        self, now_ms: int, member_id: str, generation_id: int, group_instance_id: str | None = None
+        self,
+        now_ms: int,
+        member_id: str,
+        generation_id: int,
+        group_instance_id: str | None = None,
+        *,
+        transactional: bool = False,
     ) -> Step[GroupErrorCode]:
-        """May this member commit offsets now? Restarts its session timer if so."""
+        """May this member commit offsets now? Restarts its session timer if so.
+
+        ``transactional`` (TxnOffsetCommit) follows Kafka: a request that names no member
+        and no generation (v0-v2) is not checked, one that does (v3) is fenced like an
+        OffsetCommit (FENCED_INSTANCE_ID, UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION), and a
+        rebalance in progress does not refuse it (the transaction decides, not the group).
+        """
         now_ms = self._advance(now_ms)
         if generation_id < 0 and self.state is S.EMPTY:
             error = E.NONE  # a "simple consumer": the group only stores offsets
+        elif transactional:
+            named = generation_id >= 0 or bool(member_id) or group_instance_id is not None
+            if self.state is S.DEAD:
+                error = E.COORDINATOR_NOT_AVAILABLE
+            else:
+                error = self._check_member(member_id, generation_id, group_instance_id) if named else E.NONE
         else:
             error = self._check_member(member_id, generation_id, group_instance_id)
             if error is E.NONE:

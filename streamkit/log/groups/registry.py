@@ -133,13 +133,17 @@ class GroupRegistry:
         member_id: str,
         generation_id: int,
         group_instance_id: str | None = None,
+        *,
+        transactional: bool = False,
     ) -> Step[GroupErrorCode]:
         group = self._groups.get(group_id)
         if group is None:
             if generation_id >= 0:
                 return Step(E.ILLEGAL_GENERATION)  # a commit from a generation long gone
             group = self._create(group_id)
-        return group.validate_offset_commit(now_ms, member_id, generation_id, group_instance_id)
+        return group.validate_offset_commit(
+            now_ms, member_id, generation_id, group_instance_id, transactional=transactional
+        )
 
     def delete(self, group_id: str) -> GroupErrorCode | None:
         """Forget a group that has no members (DeleteGroups): NONE when it was known here,

@@ -1,12 +1,8 @@
-"""CreateTopics (v2-v4), DeleteTopics (v1-v3), CreatePartitions (v0-v1) and DescribeConfigs
-(v1-v2).
+"""CreateTopics (v2-v4), DeleteTopics (v1-v3) and CreatePartitions (v0-v1).
 
 Topic configs travel under Kafka's names (``retention.ms``...) and are checked by
 ``TopicConfig.from_kafka``. On one node a replication factor of 1 (or -1, "the default",
-at v4) is the only one possible. DescribeConfigs returns every entry, as librdkafka's
-read-modify-write of configs needs: a topic's entries are its full ``TopicConfig`` (set
-ones report source DYNAMIC_TOPIC_CONFIG, the rest DEFAULT_CONFIG); the broker resource
-lists the broker's settings.
+at v4) is the only one possible. Describing and altering configs is ``config_apis.py``.
 """
 
 from __future__ import annotations
@@ -33,19 +29,8 @@ from streamkit.log.server.messages import (
     DeleteTopicsDeletableTopicResult,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
-    DescribeConfigsRequest,
-    DescribeConfigsResource,
-    DescribeConfigsResourceResult,
-    DescribeConfigsResponse,
-    DescribeConfigsResult,
 )
 from streamkit.log.server.state import BrokerState
-
-TOPIC_RESOURCE = 2
-BROKER_RESOURCE = 4
-DYNAMIC_TOPIC_CONFIG = 1
-STATIC_BROKER_CONFIG = 4
-DEFAULT_CONFIG = 5
 
 
 async def create_topics(
@@ -173,64 +158,3 @@ async def _create_partitions(
     except InvalidPartitionsError as exc:  # another request grew it meanwhile
         return ErrorCode.INVALID_PARTITIONS, str(exc)
     return ErrorCode.NONE, None
-
-
-async def describe_configs(
-    state: BrokerState, header: RequestHeader, request: DescribeConfigsRequest
-) -> DescribeConfigsResponse:
-    return DescribeConfigsResponse(results=[_describe(state, r) for r in request.resources])
-
-
-def _describe(state: BrokerState, resource: DescribeConfigsResource) -> DescribeConfigsResult:
-    result = DescribeConfigsResult(
-        resource_type=resource.resource_type, resource_name=resource.resource_name
-    )
-    if resource.resource_type == TOPIC_RESOURCE:
-        name = resource.resource_name
-        if name in INTERNAL_TOPICS or not state.log.has_topic(name):
-            result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            result.error_message = f"unknown topic {name!r}"
-            return result
-        values = state.log.describe_topic(name).config.to_kafka()
-        defaults = state.log.defaults.to_kafka()
-        entries = [
-            (key, value, DEFAULT_CONFIG if defaults.get(key) == value else DYNAMIC_TOPIC_CONFIG)
-            for key, value in values.items()
-        ]
-    elif resource.resource_type == BROKER_RESOURCE:
-        if resource.resource_name not in ("", str(state.config.node_id)):
-            result.error_code = ErrorCode.INVALID_REQUEST
-            result.error_message = f"this broker is node {state.config.node_id}"
-            return result
-        entries = [(key, value, STATIC_BROKER_CONFIG) for key, value in _broker_configs(state).items()]
-    else:
-        result.error_code = ErrorCode.INVALID_REQUEST
-        result.error_message = f"resource type {resource.resource_type} is not supported"
-        return result
-    keys = resource.configuration_keys
-    result.configs = [
-        DescribeConfigsResourceResult(name=key, value=value, read_only=False, config_source=source)
-        for key, value, source in entries
-        if keys is None or key in keys
-    ]
-    return result
-
-
-def _broker_configs(state: BrokerState) -> dict[str, str]:
-    config = state.config
-    defaults = state.log.defaults
-    return {
-        "broker.id": str(config.node_id),
-        "num.partitions": str(state.log.default_partitions),
-        "auto.create.topics.enable": str(config.auto_create_topics).lower(),
-        "default.replication.factor": "1",
-        "offsets.topic.replication.factor": "1",
-        "socket.request.max.bytes": str(config.max_frame_bytes),
-        "message.max.bytes": str(defaults.max_message_bytes),
-        "log.retention.ms": str(defaults.retention_ms),
-        "log.retention.bytes": str(defaults.retention_bytes),
-        "log.segment.bytes": str(defaults.segment_bytes),
-        "log.cleanup.policy": defaults.cleanup_policy,
-        "log.flush.interval.messages": str(defaults.flush_messages),
-        "log.flush.interval.ms": str(defaults.flush_ms),
-    }

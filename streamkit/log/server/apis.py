@@ -1,7 +1,9 @@
 """The API versions this server advertises in ApiVersions, and what each really accepts.
 
 The table follows the research notes (kafka-wire.md §4): only non-flexible versions except
-ApiVersions v3, ranges wide enough for aiokafka, kafka-python, librdkafka 2.x and the old
+ApiVersions v3, OffsetFetch v6-7 and TxnOffsetCommit v3 (what Kafka 4.4's clients need for
+``exactly_once_v2``: RequireStable, and the consumer's generation on transactional offset
+commits), AlterConfigs v2 and IncrementalAlterConfigs v1 (``kafka-configs --alter``), ranges wide enough for aiokafka, kafka-python, librdkafka 2.x and the old
 librdkafka under Debian's kcat. Two deliberate differences between advertised and served:
 
 * Produce is advertised from v0, because librdkafka < 2.11.1 silently stops compressing
@@ -38,8 +40,10 @@ ADD_OFFSETS_TO_TXN = 25
 END_TXN = 26
 TXN_OFFSET_COMMIT = 28
 DESCRIBE_CONFIGS = 32
+ALTER_CONFIGS = 33
 CREATE_PARTITIONS = 37
 DELETE_GROUPS = 42
+INCREMENTAL_ALTER_CONFIGS = 44
 
 # api key -> (min, max) advertised
 ADVERTISED: dict[int, tuple[int, int]] = {
@@ -48,7 +52,7 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     LIST_OFFSETS: (1, 3),
     METADATA: (1, 5),
     OFFSET_COMMIT: (2, 3),
-    OFFSET_FETCH: (1, 3),
+    OFFSET_FETCH: (1, 7),
     FIND_COORDINATOR: (0, 1),
     JOIN_GROUP: (0, 5),
     HEARTBEAT: (0, 3),
@@ -61,15 +65,17 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     DELETE_TOPICS: (1, 3),
     INIT_PRODUCER_ID: (0, 1),
     DESCRIBE_CONFIGS: (1, 2),
+    ALTER_CONFIGS: (0, 2),
     CREATE_PARTITIONS: (0, 1),
     DELETE_GROUPS: (0, 1),
+    INCREMENTAL_ALTER_CONFIGS: (0, 1),
 }
 
 TRANSACTION_APIS: dict[int, tuple[int, int]] = {
     ADD_PARTITIONS_TO_TXN: (0, 1),
     ADD_OFFSETS_TO_TXN: (0, 1),
     END_TXN: (0, 1),
-    TXN_OFFSET_COMMIT: (0, 2),
+    TXN_OFFSET_COMMIT: (0, 3),
 }
 
 

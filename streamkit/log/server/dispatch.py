@@ -11,7 +11,16 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from streamkit.log.server import admin, apis, cluster, fetch, group_apis, produce, txn_apis
+from streamkit.log.server import (
+    admin,
+    apis,
+    cluster,
+    config_apis,
+    fetch,
+    group_apis,
+    produce,
+    txn_apis,
+)
 from streamkit.log.server.codec import (
     RequestHeader,
     decode_request,
@@ -52,7 +61,9 @@ HANDLERS: dict[int, Handler] = {
     apis.CREATE_TOPICS: admin.create_topics,
     apis.DELETE_TOPICS: admin.delete_topics,
     apis.INIT_PRODUCER_ID: produce.init_producer_id,
-    apis.DESCRIBE_CONFIGS: admin.describe_configs,
+    apis.DESCRIBE_CONFIGS: config_apis.describe_configs,
+    apis.ALTER_CONFIGS: config_apis.alter_configs,
+    apis.INCREMENTAL_ALTER_CONFIGS: config_apis.incremental_alter_configs,
     apis.CREATE_PARTITIONS: admin.create_partitions,
     apis.ADD_PARTITIONS_TO_TXN: txn_apis.add_partitions_to_txn,
     apis.ADD_OFFSETS_TO_TXN: txn_apis.add_offsets_to_txn,

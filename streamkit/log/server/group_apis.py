@@ -1,16 +1,23 @@
 """Consumer-group requests, translated to and from ``GroupCoordinator`` calls.
 
 JoinGroup v0-5, SyncGroup v0-3, Heartbeat v0-3, LeaveGroup v0-1, OffsetCommit v2-3,
-OffsetFetch v1-3, ListGroups v0-1, DescribeGroups v0-3 and DeleteGroups v0-1. The coordinator decides
+OffsetFetch v1-7, ListGroups v0-1, DescribeGroups v0-3 and DeleteGroups v0-1. The coordinator decides
 everything (membership, generations, timeouts, which commits are valid); this module only
 moves fields. JoinGroup and SyncGroup may wait here while the group rebalances; the
 connection answers nothing else meanwhile, as the protocol expects.
+
+OffsetFetch v7 carries RequireStable (the consumer of a read_committed, exactly-once
+application sets it): a partition whose offset an open transaction holds is answered
+UNSTABLE_OFFSET_COMMIT, so the consumer does not start from an offset that transaction may
+still move. v8 and later batch several groups in one request; Kafka 4.4's consumer asks for
+one group and sends v7 when v7 is the highest offered, so they are not served.
 """
 
 from __future__ import annotations
 
 from streamkit._core.types import TopicPartition
 from streamkit.log.server.codec import RequestHeader
+from streamkit.log.server.error_codes import ErrorCode
 from streamkit.log.server.messages import (
     DeleteGroupsDeletableGroupResult,
     DeleteGroupsRequest,
@@ -142,17 +149,24 @@ async def offset_fetch(
     if request.topics is not None:
         wanted = [TopicPartition(t.name, p) for t in request.topics for p in t.partition_indexes]
     result = await state.coordinator.fetch_offsets(request.group_id, wanted)
+    unstable: set[TopicPartition] = set()
+    if request.require_stable and state.transactions is not None:
+        unstable = state.transactions.pending_offsets(request.group_id)
     by_topic: dict[str, list[OffsetFetchResponsePartition]] = {}
     offsets = result.offsets
     order = wanted if wanted is not None else sorted(offsets)
     for tp in order:
         offset, metadata = offsets.get(tp, (-1, ""))
+        error: int = result.error
+        if tp in unstable and error == 0:
+            # A transaction holds an offset for it: the caller retries until it ends.
+            offset, metadata, error = -1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT
         by_topic.setdefault(tp.topic, []).append(
             OffsetFetchResponsePartition(
                 partition_index=tp.partition,
                 committed_offset=offset,
                 metadata=metadata,
-                error_code=result.error,
+                error_code=error,
             )
         )
     return OffsetFetchResponse(

@@ -293,17 +293,19 @@ class OffsetFetchRequestTopic:
 
 @dataclass(slots=True, kw_only=True)
 class OffsetFetchRequest:
-    """OffsetFetch request, api key 9: fields of v3 (v1-v3 decode into it)."""
+    """OffsetFetch request, api key 9: fields of v7 (v1-v7 decode into it)."""
 
     API_KEY: ClassVar[int] = 9
     group_id: str = ""
     topics: list[OffsetFetchRequestTopic] | None = None
+    require_stable: bool = False
 
 
 @dataclass(slots=True, kw_only=True)
 class OffsetFetchResponsePartition:
     partition_index: int = 0
     committed_offset: int = 0
+    committed_leader_epoch: int = -1
     metadata: str | None = None
     error_code: int = 0
 
@@ -316,7 +318,7 @@ class OffsetFetchResponseTopic:
 
 @dataclass(slots=True, kw_only=True)
 class OffsetFetchResponse:
-    """OffsetFetch response, api key 9: fields of v3 (encodes as v1-v3)."""
+    """OffsetFetch response, api key 9: fields of v7 (encodes as v1-v7)."""
 
     API_KEY: ClassVar[int] = 9
     throttle_time_ms: int = 0
@@ -743,13 +745,16 @@ class TxnOffsetCommitRequestTopic:
 
 @dataclass(slots=True, kw_only=True)
 class TxnOffsetCommitRequest:
-    """TxnOffsetCommit request, api key 28: fields of v2 (v0-v2 decode into it)."""
+    """TxnOffsetCommit request, api key 28: fields of v3 (v0-v3 decode into it)."""
 
     API_KEY: ClassVar[int] = 28
     transactional_id: str = ""
     group_id: str = ""
     producer_id: int = 0
     producer_epoch: int = 0
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
     topics: list[TxnOffsetCommitRequestTopic] = field(default_factory=list)
 
 
@@ -767,7 +772,7 @@ class TxnOffsetCommitResponseTopic:
 
 @dataclass(slots=True, kw_only=True)
 class TxnOffsetCommitResponse:
-    """TxnOffsetCommit response, api key 28: fields of v2 (encodes as v0-v2)."""
+    """TxnOffsetCommit response, api key 28: fields of v3 (encodes as v0-v3)."""
 
     API_KEY: ClassVar[int] = 28
     throttle_time_ms: int = 0
@@ -823,6 +828,45 @@ class DescribeConfigsResponse:
     API_KEY: ClassVar[int] = 32
     throttle_time_ms: int = 0
     results: list[DescribeConfigsResult] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class AlterConfigsAlterableConfig:
+    name: str = ""
+    value: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class AlterConfigsResource:
+    resource_type: int = 0
+    resource_name: str = ""
+    configs: list[AlterConfigsAlterableConfig] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class AlterConfigsRequest:
+    """AlterConfigs request, api key 33: fields of v2 (v0-v2 decode into it)."""
+
+    API_KEY: ClassVar[int] = 33
+    resources: list[AlterConfigsResource] = field(default_factory=list)
+    validate_only: bool = False
+
+
+@dataclass(slots=True, kw_only=True)
+class AlterConfigsResourceResponse:
+    error_code: int = 0
+    error_message: str | None = None
+    resource_type: int = 0
+    resource_name: str = ""
+
+
+@dataclass(slots=True, kw_only=True)
+class AlterConfigsResponse:
+    """AlterConfigs response, api key 33: fields of v2 (encodes as v0-v2)."""
+
+    API_KEY: ClassVar[int] = 33
+    throttle_time_ms: int = 0
+    responses: list[AlterConfigsResourceResponse] = field(default_factory=list)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -886,6 +930,46 @@ class DeleteGroupsResponse:
     results: list[DeleteGroupsDeletableGroupResult] = field(default_factory=list)
 
 
+@dataclass(slots=True, kw_only=True)
+class IncrementalAlterConfigsAlterableConfig:
+    name: str = ""
+    config_operation: int = 0
+    value: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class IncrementalAlterConfigsAlterConfigsResource:
+    resource_type: int = 0
+    resource_name: str = ""
+    configs: list[IncrementalAlterConfigsAlterableConfig] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class IncrementalAlterConfigsRequest:
+    """IncrementalAlterConfigs request, api key 44: fields of v1 (v0-v1 decode into it)."""
+
+    API_KEY: ClassVar[int] = 44
+    resources: list[IncrementalAlterConfigsAlterConfigsResource] = field(default_factory=list)
+    validate_only: bool = False
+
+
+@dataclass(slots=True, kw_only=True)
+class IncrementalAlterConfigsAlterConfigsResourceResponse:
+    error_code: int = 0
+    error_message: str | None = None
+    resource_type: int = 0
+    resource_name: str = ""
+
+
+@dataclass(slots=True, kw_only=True)
+class IncrementalAlterConfigsResponse:
+    """IncrementalAlterConfigs response, api key 44: fields of v1 (encodes as v0-v1)."""
+
+    API_KEY: ClassVar[int] = 44
+    throttle_time_ms: int = 0
+    responses: list[IncrementalAlterConfigsAlterConfigsResourceResponse] = field(default_factory=list)
+
+
 # api key -> (request class, response class)
 MESSAGES: dict[int, tuple[type, type]] = {
     0: (ProduceRequest, ProduceResponse),
@@ -910,8 +994,10 @@ MESSAGES: dict[int, tuple[type, type]] = {
     26: (EndTxnRequest, EndTxnResponse),
     28: (TxnOffsetCommitRequest, TxnOffsetCommitResponse),
     32: (DescribeConfigsRequest, DescribeConfigsResponse),
+    33: (AlterConfigsRequest, AlterConfigsResponse),
     37: (CreatePartitionsRequest, CreatePartitionsResponse),
     42: (DeleteGroupsRequest, DeleteGroupsResponse),
+    44: (IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
 }
 
 # api key -> (lowest, highest) version these classes implement
@@ -921,7 +1007,7 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     2: (1, 3),
     3: (1, 5),
     8: (2, 3),
-    9: (1, 3),
+    9: (1, 7),
     10: (0, 1),
     11: (0, 5),
     12: (0, 3),
@@ -936,8 +1022,10 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     24: (0, 1),
     25: (0, 1),
     26: (0, 1),
-    28: (0, 2),
+    28: (0, 3),
     32: (1, 2),
+    33: (0, 2),
     37: (0, 1),
     42: (0, 1),
+    44: (0, 1),
 }

@@ -38,6 +38,8 @@ class BrokerState:
     port: int = 0  # the port actually bound (``config.port`` may be 0)
     transactions: TransactionCoordinator | None = None
     group_sync: GroupSync | None = None  # with ``config.durable``
+    # Held while a topic's configs are read and replaced (AlterConfigs, IncrementalAlterConfigs).
+    config_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _pending: set[asyncio.Future[Any]] = field(default_factory=set)
 
     async def run_blocking(self, fn: Callable[..., T], *args: object) -> T:

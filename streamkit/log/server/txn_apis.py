@@ -1,9 +1,14 @@
 """Transaction requests, translated to and from ``TransactionCoordinator`` calls
 (``log/txn``), whose ``TxnErrorCode`` answers ``txn_code`` turns into ``ErrorCode`` members.
 
-AddPartitionsToTxn v0-1, AddOffsetsToTxn v0-1, EndTxn v0-1 and TxnOffsetCommit v0-2 (the
+AddPartitionsToTxn v0-1, AddOffsetsToTxn v0-1, EndTxn v0-1 and TxnOffsetCommit v0-3 (the
 group-coordinator side of ``send_offsets_to_transaction``). InitProducerId with a
 transactional id is in ``produce.py`` beside the idempotent case.
+
+TxnOffsetCommit v3 names the consumer's member id, generation and group instance id: the
+group coordinator checks them first, as Kafka's does, so a zombie of an old generation is
+fenced (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID for every partition, no
+offset held) before the transaction coordinator checks the producer.
 """
 
 from __future__ import annotations
@@ -82,9 +87,17 @@ async def txn_offset_commit(
         for t in request.topics
         for p in t.partitions
     }
-    errors = _coordinator(state).txn_offset_commit(
-        request.transactional_id, request.producer_id, request.producer_epoch, request.group_id, offsets
+    fenced = await state.coordinator.validate_txn_offset_commit(
+        request.group_id, request.generation_id, request.member_id, request.group_instance_id
     )
+    codes: dict[TopicPartition, int]
+    if fenced != 0:
+        codes = dict.fromkeys(offsets, int(fenced))
+    else:
+        errors = _coordinator(state).txn_offset_commit(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id, offsets
+        )
+        codes = {tp: txn_code(error) for tp, error in errors.items()}
     return TxnOffsetCommitResponse(
         topics=[
             TxnOffsetCommitResponseTopic(
@@ -92,7 +105,7 @@ async def txn_offset_commit(
                 partitions=[
                     TxnOffsetCommitResponsePartition(
                         partition_index=p.partition_index,
-                        error_code=txn_code(errors[TopicPartition(t.name, p.partition_index)]),
+                        error_code=codes[TopicPartition(t.name, p.partition_index)],
                     )
                     for p in t.partitions
                 ],

@@ -233,6 +233,16 @@ class TransactionCoordinator:
         self._pending.setdefault(transactional_id, {}).setdefault(group_id, {}).update(held)
         return errors
 
+    def pending_offsets(self, group_id: str) -> set[TopicPartition]:
+        """The partitions of ``group_id`` whose offsets an open transaction holds, not yet
+        committed or aborted (Kafka's pending transactional offsets: an OffsetFetch with
+        RequireStable answers UNSTABLE_OFFSET_COMMIT for them)."""
+        held = {tp for groups in self._pending.values() for tp in groups.get(group_id, {})}
+        for entry in self._entries.values():
+            if entry.state is TxnState.PREPARE_COMMIT:
+                held.update(TopicPartition(t, p) for t, p, _off, _meta in entry.commit_offsets.get(group_id, []))
+        return held
+
     async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> TxnErrorCode:
         async with self._lock(transactional_id):
             entry = self._entries.get(transactional_id)

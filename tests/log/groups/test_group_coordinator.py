@@ -301,3 +301,16 @@ async def test_parked_join_is_answered_at_the_rebalance_deadline_by_the_timer() 
         await asyncio.sleep(0.05)
         b = await asyncio.wait_for(b_join, 1)
         assert b.generation_id == 2 and b.leader == b.member_id
+
+
+async def test_transactional_commits_are_fenced_by_generation_but_not_by_a_rebalance() -> None:
+    async with coordinator(ManualClock()) as coord:
+        assert await coord.validate_txn_offset_commit("never-joined", -1, "") is E.NONE
+        assert await coord.validate_txn_offset_commit("gone", 2, "m") is E.ILLEGAL_GENERATION
+        a = await join(coord, "a")
+        # CompletingRebalance refuses an OffsetCommit, not a TxnOffsetCommit (Kafka's rule).
+        assert await coord.validate_txn_offset_commit("g", a.generation_id, a.member_id) is E.NONE
+        assert await coord.validate_txn_offset_commit("g", a.generation_id - 1, a.member_id) is E.ILLEGAL_GENERATION
+        assert await coord.validate_txn_offset_commit("g", a.generation_id, "zombie") is E.UNKNOWN_MEMBER_ID
+        # No member and no generation (TxnOffsetCommit v0-v2): accepted while the group is in use.
+        assert await coord.validate_txn_offset_commit("g", -1, "") is E.NONE
