@@ -126,7 +126,7 @@ public final class Topologies {
             grouped = stream.groupBy((k, v) -> Menus.groupBy(by, v), Grouped.with(S, J));
         }
         if (window != null && !window.isNull()) {
-            windowed(grouped, window, aggKind, aggName, out, stores);
+            windowed(grouped, window, aggKind, aggName, out, stores, spec.path("retention_ms").asLong(0));
             return;
         }
         stores.put(TABLE, "kv");
@@ -160,7 +160,7 @@ public final class Topologies {
     }
 
     private static void windowed(KGroupedStream<String, JsonNode> grouped, JsonNode window, String aggKind,
-                                 String aggName, JsonNode out, Map<String, String> stores) {
+                                 String aggName, JsonNode out, Map<String, String> stores, long retentionMs) {
         String kind = text(window.get(0), "a window's kind");
         boolean onClose = out != null && !out.isNull() && out.path("emit").asText("update").equals("close");
         EmitStrategy emit = onClose ? EmitStrategy.onWindowClose() : EmitStrategy.onWindowUpdate();
@@ -172,6 +172,9 @@ public final class Topologies {
             var ws = grouped.windowedBy(windows).emitStrategy(emit);
             Materialized<String, JsonNode, SessionStore<Bytes, byte[]>> m =
                 Materialized.<String, JsonNode, SessionStore<Bytes, byte[]>>as(TABLE).withKeySerde(S).withValueSerde(J);
+            if (retentionMs > 0) {
+                m = m.withRetention(Duration.ofMillis(retentionMs));
+            }
             switch (aggKind) {
                 case "count":
                     table = ws.aggregate(() -> LongNode.valueOf(0), (k, v, agg) -> LongNode.valueOf(agg.asLong() + 1),
@@ -190,6 +193,9 @@ public final class Topologies {
             stores.put(TABLE, "window");
             Materialized<String, JsonNode, WindowStore<Bytes, byte[]>> m =
                 Materialized.<String, JsonNode, WindowStore<Bytes, byte[]>>as(TABLE).withKeySerde(S).withValueSerde(J);
+            if (retentionMs > 0) {
+                m = m.withRetention(Duration.ofMillis(retentionMs));
+            }
             if (kind.equals("sliding")) {
                 var ws = grouped.windowedBy(SlidingWindows.ofTimeDifferenceAndGrace(
                     Duration.ofMillis(ms(window, 1)), Duration.ofMillis(ms(window, 2)))).emitStrategy(emit);
