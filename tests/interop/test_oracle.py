@@ -16,9 +16,12 @@ Windowed final tables are compared on the windows both sides still hold: Kafka S
 a window in its store for the store's retention (segments), streamkit drops a time window
 once it is closed; a closed window's value is checked through the emitted records instead.
 
-Cases per family: ``STREAMKIT_ORACLE_CASES`` (default 60, the file runs in about two
-minutes on two cores). The long run: ``STREAMKIT_ORACLE_CASES=10000`` (about 25 minutes per
-family). ``STREAMKIT_ORACLE_SEED`` picks another seed.
+Cases per family: ``STREAMKIT_ORACLE_CASES`` (default 40: 17 families, the file
+runs in about two minutes on two cores; streamkit's side costs ~0.15 s a case, the oracle's
+~5 ms). The long run, 10,000 cases per family (about 7 hours on two cores; one family with
+``-k``, e.g. ``-k sliding``, about 25 minutes)::
+
+    STREAMKIT_ORACLE_CASES=10000 PYTHONPATH=. python -m pytest -p no:cacheprovider tests/interop/test_oracle.py ``STREAMKIT_ORACLE_SEED`` picks another seed.
 
 The families that differ today are marked ``xfail(strict=False)`` with the difference named;
 the differences themselves are listed, each with a minimal case, in the report of issue 29.
@@ -39,7 +42,7 @@ import pytest
 from tests.dsl import pipeline_spec as ps
 from tests.interop.kstreams import Answer, Case, Oracle, run_streamkit
 
-CASES = int(os.environ.get("STREAMKIT_ORACLE_CASES", "60"))
+CASES = int(os.environ.get("STREAMKIT_ORACLE_CASES", "40"))
 SEED = int(os.environ.get("STREAMKIT_ORACLE_SEED", "29"))
 BASE = 1_700_000_000_000 - 1_700_000_000_000 % 60_000  # a round minute
 KEYS = ["a1", "a2", "b1", "b2", "c"]
@@ -89,7 +92,11 @@ def _records(rng: random.Random, topics: list[str], keys: list[str], nulls: bool
 def _stream_out(rng: random.Random, windowed: bool) -> dict[str, Any] | None:
     if rng.random() < 0.2:
         return None
-    ops = [op for op in (["filter", "present"], ["map", "first"]) if rng.random() < 0.2]
+    # Not "filter: present" on windows: streamkit's window records are dicts whose "value" is
+    # None for a deleted session, where Kafka Streams forwards a tombstone; the filter sees
+    # a dict, so it would compare the two shapes, not the semantics.
+    menu = [["map", "first"]] if windowed else [["filter", "present"], ["map", "first"]]
+    ops = [op for op in menu if rng.random() < 0.2]
     emit = rng.choice(["update", "close"]) if windowed else "update"
     return {"emit": emit, "ops": ops, "partitions": 1}
 
@@ -171,14 +178,11 @@ def _key(k: Any) -> str:
     return json.dumps(k)
 
 
-def _group(key: Any) -> Any:
-    return key[0] if isinstance(key, list) and len(key) == 3 else key  # a window's group key
-
-
 def _per_key(out: list[list[Any]], stamped: bool) -> dict[str, list[Any]]:
     by: dict[str, list[Any]] = {}
     for _topic, key, value, ts in out:
-        by.setdefault(_key(_group(key)), []).append([key, value, ts] if stamped else [key, value])
+        # Kafka orders records per key of the topic: for windows, the windowed key (key, window).
+        by.setdefault(_key(key), []).append([key, value, ts] if stamped else [key, value])
     return by
 
 
@@ -267,7 +271,11 @@ def check_family(oracle: Oracle, draw: Callable[[random.Random], Case], family: 
     mismatched = [case for case, ks, sk in run if differences(case, ks, sk, aspect)]
     if not mismatched:
         return
-    small, ks, sk = shrink(oracle, mismatched[0], aspect)
+    first = mismatched[0]
+    if (family, aspect) in KNOWN:  # expected to differ: say so without the cost of shrinking
+        pytest.xfail(f"{family}: {len(mismatched)} of {len(run)} cases differ in {aspect}: {KNOWN[(family, aspect)]}; "
+                     f"e.g. case: {json.dumps(first)}")
+    small, ks, sk = shrink(oracle, first, aspect)
     pytest.fail(
         f"{family}: {len(mismatched)} of {len(run)} cases differ from Kafka Streams in {aspect} "
         f"({', '.join(differences(small, ks, sk, aspect))}); the first, shrunk:\n"
@@ -297,16 +305,91 @@ FAMILIES: list[Any] = [
     pytest.param(join("table_table", "outer"), id="table-table-outer"),
 ]
 
+# The differences Kafka Streams 4.4 shows today, by family and aspect (issue 29; each with a
+# minimal case in the issue's report). strict=False: a family that agrees passes.
+_STAMP = ("an update is stamped with its record's timestamp, where Kafka Streams stamps the max of "
+          "the timestamps behind the result (the aggregate's or the row's previous one, both join sides)")
+_CLOSE_STAMP = ("a window emitted on close is stamped with the stream time that closed it, where Kafka "
+                "Streams stamps the window's own (its latest record's) timestamp")
+_LATE_JOIN = ("late records in stream-stream joins: Kafka Streams drops none (it joins them with what its "
+              "window stores still hold, and forwards an unmatched out-of-order left/outer record at once "
+              "when ts + within < stream time); streamkit sends them to <app>-late, or holds them")
+KNOWN: dict[tuple[str, str], str] = {
+    ("aggregations-with-null-values", "values"): (
+        "null values: Kafka Streams' stream aggregations skip them (dropped-records-total), streamkit folds "
+        "them in; and toTable forwards a tombstone for a key it never held, streamkit forwards nothing"),
+    ("aggregations-fanned-out", "values"): (
+        "several updates of one key from one input record: Kafka Streams (cache off) forwards each, "
+        "streamkit's table stream (its changelog, written per commit) only the last"),
+    ("aggregations", "timestamps"): _STAMP,
+    ("aggregations-with-null-values", "timestamps"): _STAMP,
+    ("aggregations-fanned-out", "timestamps"): _STAMP,
+    ("tumbling", "timestamps"): f"{_STAMP}; {_CLOSE_STAMP}",
+    ("hopping", "timestamps"): f"{_STAMP}; {_CLOSE_STAMP}",
+    ("sliding", "values"): (
+        "a late sliding-window record that still belongs to open windows is dropped whole by streamkit; "
+        "Kafka Streams adds it to them and creates its right window"),
+    ("sliding", "timestamps"): f"{_STAMP}; {_CLOSE_STAMP}",
+    ("session", "values"): (
+        "a record inside a session of the same bounds: Kafka Streams forwards a tombstone for the old session "
+        "then the new value, streamkit only the value; and a session Kafka Streams has emitted on close may "
+        "still absorb a record (emitted again), streamkit never merges a closed session"),
+    ("session", "timestamps"): (
+        f"{_CLOSE_STAMP}; the tombstone of a merged session is stamped with its own end in Kafka Streams, "
+        "with the merging record's timestamp in streamkit"),
+    ("stream-join-inner", "values"): _LATE_JOIN,
+    ("stream-join-left", "values"): _LATE_JOIN,
+    ("stream-join-outer", "values"): _LATE_JOIN,
+    ("table-table-inner", "values"): (
+        "Kafka Streams forwards a table-table result even when it does not change (a tombstone for a key the "
+        "result never held, the same row again); streamkit forwards changes only"),
+    ("table-table-left", "values"): "Kafka Streams forwards a table-table row again when it does not change",
+    ("table-table-outer", "values"): "Kafka Streams forwards a table-table row again when it does not change",
+    ("table-table-inner", "timestamps"): _STAMP,
+    ("table-table-left", "timestamps"): _STAMP,
+    ("table-table-outer", "timestamps"): _STAMP,
+}
 
-@pytest.mark.parametrize("draw", FAMILIES)
+
+def _families(aspect: str) -> list[Any]:
+    return [
+        pytest.param(*p.values, id=p.id, marks=[pytest.mark.xfail(strict=False, reason=KNOWN[(p.id, aspect)])]
+                     if (p.id, aspect) in KNOWN else [])
+        for p in FAMILIES
+    ]
+
+
+@pytest.mark.parametrize("draw", _families("values"))
 def test_streamkit_answers_as_kafka_streams(oracle: Oracle, draw: Callable[[random.Random], Case],
                                            request: pytest.FixtureRequest) -> None:
     """Same records written (key, value; per key in order) and the same final tables."""
     check_family(oracle, draw, request.node.callspec.id, "values")
 
 
-@pytest.mark.parametrize("draw", FAMILIES)
+@pytest.mark.parametrize("draw", _families("timestamps"))
 def test_streamkit_stamps_as_kafka_streams(oracle: Oracle, draw: Callable[[random.Random], Case],
                                           request: pytest.FixtureRequest) -> None:
     """Where the values agree, the records carry the same timestamps."""
     check_family(oracle, draw, request.node.callspec.id, "timestamps")
+
+
+def test_the_oracle_runs_table_operators(oracle: Oracle) -> None:
+    """KTable.filter/mapValues (not in streamkit's DSL yet: ``run_streamkit`` refuses them by
+    name): a key that stops qualifying is deleted and the deletion forwarded; deleting a key
+    that did not qualify forwards nothing (the filter is materialized)."""
+    case = {"id": "ops", "spec": {"table_ops": [["map_values", "inc"], ["filter", "even"]]},
+            "records": [["events", "a", 1, 1000], ["events", "a", 2, 2000], ["events", "b", 3, 3000],
+                        ["events", "a", None, 4000]]}
+    answer = oracle.ask(case)
+    assert answer["out"] == [["out", "a", 2, 1000], ["out", "a", None, 2000], ["out", "b", 4, 3000]]
+    assert answer["stores"]["result"] == [["b", 4]]
+    assert run_streamkit(case)["error"].startswith("ValueError: streamkit's DSL has no KTable.filter/map_values")
+
+
+def test_a_case_the_oracle_cannot_run_is_one_clear_error(oracle: Oracle) -> None:
+    assert oracle.ask({"id": 1, "spec": {"join": "cross", "how": "inner"}, "records": []}) == {
+        "id": 1, "error": "spec: join is stream, table, global or table_table, not 'cross'"}
+    assert oracle.ask({"id": 2, "spec": {"agg": ["count", ""], "group": ["key"], "window": ["tumbling", 5]},
+                       "records": []})["error"] == "spec: window [\"tumbling\",5] needs integer milliseconds at position 2"
+    bad_record = {"id": 3, "spec": {"join": "table", "how": "inner"}, "records": [["left", "a", 1]]}
+    assert oracle.ask(bad_record)["error"] == "a record is [topic, key, value or null, timestamp ms], not [\"left\",\"a\",1]"
