@@ -16,12 +16,14 @@ Windowed final tables are compared on the windows both sides still hold: Kafka S
 a window in its store for the store's retention (segments), streamkit drops a time window
 once it is closed; a closed window's value is checked through the emitted records instead.
 
-Cases per family: ``STREAMKIT_ORACLE_CASES`` (default 40: 17 families, the file
-runs in about two minutes on two cores; streamkit's side costs ~0.15 s a case, the oracle's
-~5 ms). The long run, 10,000 cases per family (about 7 hours on two cores; one family with
-``-k``, e.g. ``-k sliding``, about 25 minutes)::
+Cases per family: ``STREAMKIT_ORACLE_CASES`` (default 25 per family, 17 families: the file
+runs in about two to three minutes on two cores: streamkit's side costs 0.15-0.3 s a case,
+the oracle's a few ms). The long run, 10,000 cases per family (about 35 minutes per family on
+two cores, ten hours for all 17; pick families with ``-k``, e.g. ``-k sliding``)::
 
-    STREAMKIT_ORACLE_CASES=10000 PYTHONPATH=. python -m pytest -p no:cacheprovider tests/interop/test_oracle.py ``STREAMKIT_ORACLE_SEED`` picks another seed.
+    STREAMKIT_ORACLE_CASES=10000 PYTHONPATH=. python -m pytest -p no:cacheprovider tests/interop/test_oracle.py
+
+``STREAMKIT_ORACLE_SEED`` picks another seed (default 29).
 
 The families that differ today are marked ``xfail(strict=False)`` with the difference named;
 the differences themselves are listed, each with a minimal case, in the report of issue 29.
@@ -42,7 +44,7 @@ import pytest
 from tests.dsl import pipeline_spec as ps
 from tests.interop.kstreams import Answer, Case, Oracle, run_streamkit
 
-CASES = int(os.environ.get("STREAMKIT_ORACLE_CASES", "40"))
+CASES = int(os.environ.get("STREAMKIT_ORACLE_CASES", "25"))
 SEED = int(os.environ.get("STREAMKIT_ORACLE_SEED", "29"))
 BASE = 1_700_000_000_000 - 1_700_000_000_000 % 60_000  # a round minute
 KEYS = ["a1", "a2", "b1", "b2", "c"]
