@@ -334,8 +334,10 @@ KNOWN: dict[tuple[str, str], str] = {
     ("sliding", "timestamps"): f"{_STAMP}; {_CLOSE_STAMP}",
     ("session", "values"): (
         "a record inside a session of the same bounds: Kafka Streams forwards a tombstone for the old session "
-        "then the new value, streamkit only the value; and a session Kafka Streams has emitted on close may "
-        "still absorb a record (emitted again), streamkit never merges a closed session"),
+        "then the new value, streamkit only the value; a session Kafka Streams has emitted on close may "
+        "still absorb a record (emitted again), streamkit never merges a closed session; and at stream time "
+        "= end + gap + grace Kafka Streams' session store (default retention gap + grace) has already "
+        "forgotten a session that streamkit still merges into"),
     ("session", "timestamps"): (
         f"{_CLOSE_STAMP}; the tombstone of a merged session is stamped with its own end in Kafka Streams, "
         "with the merging record's timestamp in streamkit"),
