@@ -24,8 +24,12 @@ Emit modes:
 
 * ``"update"``: every change of a window is emitted as it happens (a session merged away is
   emitted with value ``None``);
-* ``"close"``: each window is emitted once, when stream time closes it; windows closing on the
-  same step come in order of end, key, start;
+* ``"close"``: each window is emitted when stream time closes it, as Kafka Streams'
+  ``suppress(untilWindowCloses)`` with the cache off: windows closing on the same step come in
+  order of end, key, start, when the record that moved stream time writes its first window
+  (the suppression buffer evicts on each update it receives); a window written once it is
+  closed (a sliding window ending at ``stream time - grace``, which still takes records; a
+  session made closed) is emitted again, at once, with its new value;
 * ``"none"``: nothing is emitted (a table only read, never streamed out).
 
 Retention: a window is deleted (from the store, so from its changelog too) once stream time
@@ -134,8 +138,8 @@ def expire_bound(spec: WindowSpec, stream_time_ms: int, retention_ms: int | None
         return spec.expire_bound(stream_time_ms)
     if isinstance(spec, Hopping):  # end = start + size: start + retention <= stream time
         return stream_time_ms - retention_ms + spec.size_ms + 1
-    if isinstance(spec, Sliding):  # end = start + d
-        return stream_time_ms - retention_ms + spec.max_difference_ms
+    if isinstance(spec, Sliding):  # end = start + d; kept while start > time - retention
+        return stream_time_ms - retention_ms + spec.max_difference_ms + 1
     return stream_time_ms - retention_ms
 
 
@@ -221,6 +225,13 @@ class WindowAggregator(Generic[V, A]):
         # at the first scan (not here: a driver made only to read never needs them).
         self._close_ends: list[int] | None = None
         self._expire_ends: list[int] = []
+        # Sliding: the largest window start written (the window store's own stream time, from
+        # which its retention counts); loaded with the heaps.
+        self._store_time = -1
+        # emit="close": the windows closed by this record's stream time are emitted at its
+        # first window write (as the suppression buffer evicts on the first update it gets).
+        self._scan_pending = False
+        self._previous_stream_time = self.stream_time.ms  # before the record being processed
 
     # -- records --------------------------------------------------------------------------
 
@@ -233,8 +244,10 @@ class WindowAggregator(Generic[V, A]):
                 self.late_counter.late("negative-timestamp", ts_ms, self.stream_time.ms)
                 self.late_counter.seen()
             return step
+        self._previous_stream_time = self.stream_time.ms
         if self.stream_time.advance(ts_ms) and not self._progress_deferred:
             self._progress_moved()
+        self._scan_pending = self.emit == "close"
         spec = self.spec
         if isinstance(spec, Hopping):
             reason = self._process_time(spec, key, ts_ms, value, step)
@@ -317,7 +330,7 @@ class WindowAggregator(Generic[V, A]):
         # scan of the key's sessions starting up to ts + gap reads only a few.
         lo, hi = window_range(key, MIN_MS, ts + spec.gap_ms)
         found = [(w.start, w.end, w) for w in self._scan(key, lo, hi)]
-        merge = merge_session(spec, found, ts, self.stream_time.ms)
+        merge = merge_session(spec, found, ts, self.stream_time.ms, self._previous_stream_time)
         if merge.late is not None:
             return merge.late
         merger = self.aggregation.merger
@@ -333,39 +346,47 @@ class WindowAggregator(Generic[V, A]):
         agg = self.aggregation.adder(agg, value)
         self._index(key, merge.start_ms, merge.end_ms)
         self._put(key, _Window(merge.start_ms, merge.end_ms, max_ts, agg), step)
+        if spec.expired(merge.end_ms, self.stream_time.ms):
+            # Made closed (it ends at stream time - gap - grace): emitted, and no later record
+            # sees it (the session store's retention hides it already).
+            self._delete(key, merge.start_ms, merge.end_ms)
         return None
 
     def _process_sliding(
         self, spec: Sliding, key: bytes, ts: int, value: V, step: Step[V, A]
     ) -> str | None:
-        if sliding_late(spec, ts, self.stream_time.ms):
+        now = self.stream_time.ms
+        if sliding_late(spec, ts, now):
             return "window-closed"
-        lo, hi = window_range(key, *fetch_bounds(spec, ts))
-        existing = {w.start: w for w in self._scan(key, lo, hi)}
-        plan = plan_sliding(spec, ts, [(w.start, w.max_ts) for w in existing.values()])
-        adder = self.aggregation.adder
-        changed: list[_Window[A]] = []
-        for new in plan.create:
-            start, end = spec.window_for_start(new.start_ms)
-            if new.copy_from is None:
-                window = _Window(start, end, ts, self.aggregation.initializer())
+        if self._close_ends is None:
+            self._load_ends()  # and the store's time
+        retention = spec.retention_ms if self.retention_ms is None else self.retention_ms
+        lo, hi = window_range(key, *fetch_bounds(spec, ts, self._store_time, retention))
+        read = {w.start: w for w in self._scan(key, lo, hi)}
+        raw = {start: self.aggregation.serialize(w.value) for start, w in read.items()}
+        ops = plan_sliding(spec, ts, [(w.start, w.max_ts) for w in read.values()], now)
+        d = spec.max_difference_ms
+        for op in ops:
+            start = op.start_ms
+            if op.source is None:
+                window = _Window(start, start + d, ts, self.aggregation.initializer())
             else:
-                seed = existing[new.copy_from]
-                # The copy must not share a mutable aggregate with its seed.
-                copied = self.aggregation.deserialize(self.aggregation.serialize(seed.value))
-                window = _Window(start, end, seed.max_ts, copied)
-            if new.add_record:
-                window.value = adder(window.value, value)
+                # Each write starts from the source as read before this record, never from a
+                # value another write of this record changed or shares.
+                source = read[op.source]
+                window = _Window(start, start + d, source.max_ts, self.aggregation.deserialize(raw[op.source]))
+            if op.add_record:
+                window.value = self.aggregation.adder(window.value, value)
                 window.max_ts = max(window.max_ts, ts)
-            self._index(key, start, end)
-            changed.append(window)
-        for start in plan.update:
-            window = existing[start]
-            window.value = adder(window.value, value)
-            window.max_ts = max(window.max_ts, ts)
-            changed.append(window)
-        for window in sorted(changed, key=lambda w: w.start):
+            if start not in read:
+                self._index(key, start, start + d)
             self._put(key, window, step)
+            if start > self._store_time:
+                self._store_time = start
+        bound = expire_bound(spec, self._store_time, self.retention_ms)
+        for op in ops:  # written past the retention (d = 0): the store hides it at once
+            if op.start_ms + d < bound:
+                self._delete(key, op.start_ms, op.start_ms + d)
         return None
 
     # -- closing and expiry ---------------------------------------------------------------
@@ -374,26 +395,13 @@ class WindowAggregator(Generic[V, A]):
         now = self.stream_time.ms
         if now < 0:
             return
-        close_ends = self._close_ends
-        if close_ends is None:
-            close_ends = self._load_ends()
+        if self._close_ends is None:
+            self._load_ends()
         if self.emit == "close":
-            bound = self.spec.close_bound(now)
-            if bound > self._emitted_until:
-                if close_ends and close_ends[0] < bound:
-                    while close_ends and close_ends[0] < bound:
-                        heapq.heappop(close_ends)
-                    lo = _BY_END + encode_ms(self._emitted_until)
-                    for index_key, _ in list(self.store.range(lo, _BY_END + encode_ms(bound))):
-                        key, start, end = decode_window_key(index_key[9:])
-                        window = self._get(key, start, end)
-                        if window is not None:
-                            step.emitted.append(WindowResult(key, start, end, window.value))
-                self._emitted_until = bound
-                self._emitted_stamp = now
-                if not self._progress_deferred:
-                    self._progress_moved()
-        bound = expire_bound(self.spec, now, self.retention_ms)
+            self._scan_pending = False
+            self._close(step)
+        time_ms = self._store_time if isinstance(self.spec, Sliding) else now
+        bound = expire_bound(self.spec, time_ms, self.retention_ms)
         expired_until = self._expired_until
         if bound <= expired_until:
             return
@@ -408,9 +416,34 @@ class WindowAggregator(Generic[V, A]):
             key, start, end = decode_window_key(index_key[9:])
             self._delete(key, start, end)
 
+    def _close(self, step: Step[V, A]) -> None:
+        """emit="close": emit the windows stream time closed since the last call."""
+        now = self.stream_time.ms
+        close_ends = self._close_ends
+        if close_ends is None:
+            close_ends = self._load_ends()
+        bound = self.spec.close_bound(now)
+        if bound > self._emitted_until:
+            if close_ends and close_ends[0] < bound:
+                while close_ends and close_ends[0] < bound:
+                    heapq.heappop(close_ends)
+                lo = _BY_END + encode_ms(self._emitted_until)
+                for index_key, _ in list(self.store.range(lo, _BY_END + encode_ms(bound))):
+                    key, start, end = decode_window_key(index_key[9:])
+                    window = self._get(key, start, end)
+                    if window is not None:
+                        step.emitted.append(WindowResult(key, start, end, window.value))
+            self._emitted_until = bound
+            self._emitted_stamp = now
+            if not self._progress_deferred:
+                self._progress_moved()
+
     def _load_ends(self) -> list[int]:
         """Fill the heaps of window ends from the index (the store with its unstored writes)."""
         ends = [decode_ms(index_key[1:9]) for index_key, _ in self.store.range(_BY_END, _BY_END_STOP)]
+        if ends and isinstance(self.spec, Sliding):
+            # The newest window is never the one expiry deletes: its start is the store's time.
+            self._store_time = max(self._store_time, max(ends) - self.spec.max_difference_ms)
         heapq.heapify(ends)
         self._expire_ends = ends
         self._close_ends = list(ends) if self.emit == "close" else []
@@ -467,6 +500,14 @@ class WindowAggregator(Generic[V, A]):
         self.store.put(_DATA + (window_key or encode_window_key(key, window.start, window.end)), raw)
         if self.emit == "update":
             step.emitted.append(WindowResult(key, window.start, window.end, window.value))
+        elif self.emit == "close":
+            # Written after it closed: the suppression buffer emits it again at once, before
+            # the windows closing now (they end later).
+            if window.end < self._emitted_until:
+                step.emitted.append(WindowResult(key, window.start, window.end, window.value))
+            if self._scan_pending:
+                self._scan_pending = False
+                self._close(step)
 
     def _index(self, key: bytes, start: int, end: int, window_key: bytes | None = None) -> None:
         self.store.put(_BY_END + encode_ms(end) + (window_key or encode_window_key(key, start, end)), b"")
