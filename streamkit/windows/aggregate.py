@@ -341,7 +341,10 @@ class WindowAggregator(Generic[V, A]):
             agg = merger(agg, window.value)
             max_ts = max(max_ts, window.max_ts)
             self._delete(key, start, end)
-            if (start, end) != (merge.start_ms, merge.end_ms) and self.emit == "update":
+            # Kafka Streams removes (and, emitting updates, forwards a tombstone for) every
+            # session merged, the one the record falls in included, unless the record alone
+            # makes the merged session (KStreamSessionWindowAggregate.process).
+            if (merge.start_ms, merge.end_ms) != (ts, ts) and self.emit == "update":
                 step.emitted.append(WindowResult(key, start, end, None))
         agg = self.aggregation.adder(agg, value)
         self._index(key, merge.start_ms, merge.end_ms)
