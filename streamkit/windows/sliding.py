@@ -85,10 +85,7 @@ def plan_sliding(
 SlidingOp(start_ms=5, source=3, add_record=True)]
     """
     d = spec.max_difference_ms
-    if ts_ms < d:
-        ops = _plan_early(ts_ms, windows)
-    else:
-        ops = _plan(d, ts_ms, windows)
+    ops = _plan_early(ts_ms, windows) if ts_ms < d else _plan(d, ts_ms, windows)
     close = stream_time_ms - spec.grace_ms
     # Every write adding the record checks that its window is open; the copy into the
     # record's right window does not (it ends after ts + d, so it is open).

@@ -160,6 +160,16 @@ def test_a_session_made_closed_is_emitted_at_once_and_forgotten() -> None:
     assert [(w.key, w.start_ms, w.value) for w in result.windows] == [(b"a", 20, 1)]
 
 
+def test_a_skipped_value_changes_nothing_not_even_stream_time() -> None:
+    # Kafka Streams' sliding aggregation skips a null value before it observes the record's
+    # time (KStreamSlidingWindowAggregate.process); the DSL passes that test as ``skip``.
+    agg = WindowAggregator(Sliding(ms(5)), SUM, skip=lambda v: v is None)
+    agg.process(b"k", 10, 1)
+    step = agg.process(b"k", 100, None)
+    assert step.emitted == [] and step.late is None and agg.stream_time.ms == 10
+    assert table(list(agg.windows())) == {(5, 10): 1}
+
+
 def test_a_sliding_record_whose_left_window_is_closed_goes_to_the_open_windows() -> None:
     # d = 3, grace = 4, records at 25, 19, 22. Kafka Streams accepts 19 (19 + 3 >= 25 - 4,
     # KStreamSlidingWindowAggregate.process) but its left window [16, 19] is closed (19 < 21)

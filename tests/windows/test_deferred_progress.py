@@ -274,7 +274,7 @@ def test_a_join_killed_between_commits_resumes_with_the_models_answers(
     # Each side's store keeps a record while ts > that side's time - retention.
     times, retention, step = join.side_time_ms, 2 * 1_000 + 500, (2 * 1_000 + 500) // 4
     kept = {(side, key, ts) for side, key, ts, _v in join.stored()}
-    for i, (side, key, ts) in enumerate(records):
+    for side, key, ts in records:
         if ts > times[side] - retention:
             assert (side, key, ts) in kept
     assert all(ts > times[side] - retention - step for side, _key, ts in kept)

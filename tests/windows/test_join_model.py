@@ -71,7 +71,7 @@ class Model:
         left_open = right_open = False
         order = sorted(self.waiting_records, key=lambda r: (r[3], r[1] == "left", r[2], r[0]))
         for record in order:
-            j, s, k, t, v = record
+            _j, s, k, t, v = record
             self.min_time = t
             if left_open and right_open:
                 break

@@ -170,7 +170,10 @@ def model_sliding(d: int, grace: int, records: list[Record]) -> Model:
         read = {s: mine[s] for s in seen}  # values before this record's writes
         writes: list[tuple[int, Ids, int]] = []  # (start, ids, max_ts), in Kafka's order
 
-        def add(start: int, base: tuple[Ids, int] | None) -> None:
+        def add(
+            start: int, base: tuple[Ids, int] | None,
+            i: int = i, ts: int = ts, close: int = close, writes: list[tuple[int, Ids, int]] = writes,
+        ) -> None:
             # updateWindowAndForward: only into an open window.
             if start + d >= close:
                 ids, max_ts = base if base is not None else ([], ts)
