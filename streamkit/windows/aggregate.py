@@ -371,19 +371,20 @@ class WindowAggregator(Generic[V, A]):
             self._load_ends()  # and the store's time
         retention = spec.retention_ms if self.retention_ms is None else self.retention_ms
         lo, hi = window_range(key, *fetch_bounds(spec, ts, self._store_time, retention))
-        read = {w.start: w for w in self._scan(key, lo, hi)}
-        raw = {start: self.aggregation.serialize(w.value) for start, w in read.items()}
-        ops = plan_sliding(spec, ts, [(w.start, w.max_ts) for w in read.values()], now)
+        # (start -> (max_ts, aggregate bytes)): each write starts from its source as read
+        # before this record, never from a value another write of this record changed or shares.
+        read: dict[int, tuple[int, bytes]] = {}
+        for data_key, stored in list(self.store.range(_DATA + lo, _DATA + hi)):
+            read[decode_window_key(data_key[1:])[1]] = (_MAX_TS.unpack(stored[:8])[0], stored[8:])
+        ops = plan_sliding(spec, ts, [(start, max_ts) for start, (max_ts, _) in read.items()], now)
         d = spec.max_difference_ms
         for op in ops:
             start = op.start_ms
             if op.source is None:
                 window = _Window(start, start + d, ts, self.aggregation.initializer())
             else:
-                # Each write starts from the source as read before this record, never from a
-                # value another write of this record changed or shares.
-                source = read[op.source]
-                window = _Window(start, start + d, source.max_ts, self.aggregation.deserialize(raw[op.source]))
+                max_ts, aggregate = read[op.source]
+                window = _Window(start, start + d, max_ts, self.aggregation.deserialize(aggregate))
             if op.add_record:
                 window.value = self.aggregation.adder(window.value, value)
                 window.max_ts = max(window.max_ts, ts)

@@ -160,6 +160,15 @@ def test_a_session_made_closed_is_emitted_at_once_and_forgotten() -> None:
     assert [(w.key, w.start_ms, w.value) for w in result.windows] == [(b"a", 20, 1)]
 
 
+def test_a_sliding_window_written_after_it_closed_is_emitted_again() -> None:
+    # d = 5 ms, grace 0: [5, 10] closes as the record at 10 makes it (stream time 10 reaches
+    # its end), so suppress(untilWindowCloses) emits it at once; it still takes records
+    # (KStreamSlidingWindowAggregate: end >= stream time - grace), and a second record at 10
+    # changes it: Kafka Streams emits it again, and so does streamkit.
+    result = run(Sliding(ms(5)), SUM, [(b"k", 10, 1), (b"k", 10, 2)], emit="close")
+    assert [(w.start_ms, w.end_ms, w.value) for w in result.emitted] == [(5, 10, 1), (5, 10, 3)]
+
+
 def test_a_skipped_value_changes_nothing_not_even_stream_time() -> None:
     # Kafka Streams' sliding aggregation skips a null value before it observes the record's
     # time (KStreamSlidingWindowAggregate.process); the DSL passes that test as ``skip``.
