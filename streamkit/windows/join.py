@@ -284,15 +284,30 @@ class WindowJoin:
             elif hidden:
                 # Paired with nothing, and its own store hides it already: no record pairs with it.
                 step.late = LateRecord(key, ts_ms, value, "window-closed", now)
+        self._progress_moved(ts_ms)
+        self._expire(side)
+        return step
+
+    def skip(self, ts_ms: int) -> None:
+        """A record the join takes no part in (no key or no value) still moves stream time:
+        ``KStreamKStreamJoin.process`` advances its time tracker before it skips the record."""
+        if ts_ms >= 0 and self.stream_time.advance(ts_ms):
+            self._progress_moved(ts_ms)
+
+    def is_outer(self, side: Side) -> bool:
+        """Whether ``side``'s records that pair with nothing are emitted unpaired (a record of
+        it with a value but no key is, at once, as Kafka Streams forwards it)."""
+        return side in self._outer_sides
+
+    def _progress_moved(self, ts_ms: int) -> None:
+        """Write the progress now, or have the committing store take it at its commit."""
         if self._deferring is None:
-            store.put(_PROGRESS_KEY, self._progress_value())
+            self.store.put(_PROGRESS_KEY, self._progress_value())
         else:
             self._progress_stamp = ts_ms
             if not self._progress_deferred:
                 self._progress_deferred = True
                 self._deferring.defer(self, self._progress_writes)
-        self._expire(side)
-        return step
 
     def _progress_value(self) -> bytes:
         min_time = MAX_MS if self._min_time is None else self._min_time
