@@ -29,7 +29,11 @@ Emit modes:
   order of end, key, start, when the record that moved stream time writes its first window
   (the suppression buffer evicts on each update it receives); a window written once it is
   closed (a sliding window ending at ``stream time - grace``, which still takes records; a
-  session made closed) is emitted again, at once, with its new value;
+  session made closed) is emitted again, at once, with its new value. (Kafka Streams' other
+  way, ``emitStrategy(EmitStrategy.onWindowClose())``, emits time windows at the same time,
+  but a sliding window only once stream time passes ``end + grace`` and a session once it
+  passes ``end + gap + grace``, each once, and no more often than its wall-clock emit
+  interval: ``AbstractKStreamTimeWindowAggregateProcessor.maybeForwardFinalResult``);
 * ``"none"``: nothing is emitted (a table only read, never streamed out).
 
 Retention: a window is deleted (from the store, so from its changelog too) once stream time

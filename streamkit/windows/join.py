@@ -19,7 +19,8 @@ Rules (Kafka Streams 4.4, ``KStreamKStreamJoin`` and its window stores):
   in order of their timestamp and arrival; each pair is emitted at once with timestamp
   ``max(ts_left, ts_right)``. No record is dropped for being late: however late, it pairs
   with what the other side still holds, and is stored (hidden at once if past its own side's
-  retention; such a record that paired with nothing is reported late, ``window-closed``);
+  retention; such a record of a side that is not outer, that paired with nothing, is reported
+  late, ``window-closed``: nothing will ever pair with it);
 * ``how="left"`` also emits each left record that paired with nothing as ``(left, None)``,
   ``"outer"`` each such left or right record (``(None, right)``), with the record's own
   timestamp: at once when ``ts + within < stream time`` (its window is over as it arrives),
@@ -29,7 +30,9 @@ Rules (Kafka Streams 4.4, ``KStreamKStreamJoin`` and its window stores):
   that record's pairs, in order of timestamp, side (right first), key and arrival, and only
   when the smallest timestamp the join remembers (``minTime``: the last record looked at by the
   previous look, or a smaller one put since) is past; so a closed record may wait longer, and
-  pair meanwhile, exactly as in Kafka Streams;
+  pair meanwhile, exactly as in Kafka Streams. (Kafka Streams also throttles the look by the
+  wall clock, ``__emit.interval.ms.kstreams.outer.join.spurious.results.fix__``, 1 s by
+  default; event time alone decides here, as with that interval at 0);
 * a record stays joinable until its side's store hides it, so a record emitted unpaired can
   still pair with an out-of-order record of the other side.
 
