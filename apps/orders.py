@@ -7,8 +7,10 @@
 apart, as soon as the second of the two arrives. ``orders-checked`` gets the same pairs, and
 for an order that met no payment within 10 minutes, one record with ``"status": "unpaid"``:
 written once stream time (the newest timestamp the join has seen) passes the order's time
-+ 10 minutes + 1 minute of grace, never before (a payment may still come until then). A record
-arriving after its window closed goes to ``orders-late``.
++ 10 minutes + 1 minute of grace, never before (a payment may still come until then). As in
+Kafka Streams, a late record is not dropped: it pairs with what the join still keeps (each side
+10 + 10 + 1 minutes behind its newest record); a payment that meets nothing the join keeps, and
+that the join no longer keeps itself, goes to ``orders-late``.
 
 Run it:
 

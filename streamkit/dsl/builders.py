@@ -63,7 +63,7 @@ from streamkit.dsl.ops import rekeys
 from streamkit.tables.table import Table
 from streamkit.topics.topic import Topic, to_ms
 from streamkit.windows.join import JOIN_KINDS as STREAM_JOIN_KINDS
-from streamkit.windows.spec import WindowSpec
+from streamkit.windows.spec import Sliding, WindowSpec
 from streamkit.windows.wtable import WindowedTable
 
 if TYPE_CHECKING:
@@ -269,9 +269,13 @@ class KWindowedStream:
         self, name: str, options: dict[str, Any], initializer: Callable[[], Any],
         adder: Callable[[Any, Any], Any], merger: Callable[[Any, Any], Any] | None,
     ) -> KWindowedTable:
+        # Kafka Streams' sliding aggregation skips a record with a null value, before its
+        # stream time (KStreamSlidingWindowAggregate.process); time and session windows
+        # aggregate it (their processors skip only a null key).
+        skip = _null_value if isinstance(self.spec, Sliding) else None
         table = self.app._declare_table(
             name, WindowedTable,
-            {**options, "spec": self.spec, "initializer": initializer, "adder": adder, "merger": merger},
+            {**options, "spec": self.spec, "initializer": initializer, "adder": adder, "merger": merger, "skip": skip},
         )
         assert isinstance(table, WindowedTable)
         pipeline: Pipeline = (*self.nodes, WindowedAggregate(table))
@@ -396,6 +400,10 @@ class KWindowedTable:
                 internal=True,
             )
         return KStream(self.app, (Source(table.emitted_topic),))
+
+
+def _null_value(pair: tuple[Any, Any]) -> bool:
+    return pair[1] is None
 
 
 def table_stream(app: App, table: Table) -> KStream:

@@ -197,8 +197,14 @@ def _join_streams(output: JoinOutput) -> Callable[[Stream], Any]:
                 for key, value in run(event.key, event.value):
                     raw_key = key_dumps(key) if key is not None else None
                     if raw_key is None or value is None:
-                        reason = "null-key" if raw_key is None else "null-value"
-                        set_aside(side, raw_key, value, ts, reason, driver.stream_time.ms)
+                        # It still moves the join's stream time, and an outer side's record
+                        # with a value but no key is emitted unpaired (KStreamKStreamJoin).
+                        driver.skip(ts)
+                        if value is not None and driver.is_outer(side):  # type: ignore[arg-type]
+                            emit(key, joiner(value, None) if side == "left" else joiner(None, value), ts)
+                        else:
+                            reason = "null-key" if raw_key is None else "null-value"
+                            set_aside(side, raw_key, value, ts, reason, driver.stream_time.ms)
                         late_counter.seen()
                         continue
                     step = driver.process(side, raw_key, ts, value)  # type: ignore[arg-type]

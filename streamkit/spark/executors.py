@@ -491,7 +491,9 @@ def window_rows(plan: TaskPlan, items: Iterator[tuple[int, Placed]]) -> Iterator
         by_partition.setdefault(partition, []).append(record)
     for partition, records in sorted(by_partition.items()):
         store = _StampedStore()
-        driver = WindowAggregator(table.spec, table.aggregation, store, emit=table.emit, retention_ms=table.retention_ms)
+        driver = WindowAggregator(
+            table.spec, table.aggregation, store, emit=table.emit, retention_ms=table.retention_ms, skip=table.skip
+        )
         for _p, _now, _source, _offset, ts, key, value in _merged(records):
             store.now = ts
             step = driver.process(key_dumps(key) or b"", ts, (key, value))

@@ -81,7 +81,11 @@ class AppDriver:
 
         A commit writes the tables' changes to their changelogs, which pipelines over a
         table's changes (``to_stream``, table joins) read in turn: so this commits and looks
-        again until a commit leaves nothing new to process.
+        again until a commit leaves nothing new to process and no table holds a change that
+        is not in its changelog yet. (A commit sends the tables' changes one table after
+        another; a pipeline reading a changelog this commit wrote may change a table the
+        commit had already sent, as a table-table join does, and that change waits for the
+        next commit: the log alone does not show it.)
 
         Records a ``take(..., within=)`` batch holds are not processed until the batch is cut:
         at ``max_`` values, or when ``advance`` moves the clock ``within`` past its first value.
@@ -101,8 +105,17 @@ class AppDriver:
                 if loop.time() > deadline:
                     raise NotSettledError(f"the app was still busy after {timeout} s")
             await self.worker.commit()
-            if await self.worker.settle():
+            if await self.worker.settle() and not self._unwritten_changes():
                 return
+
+    def _unwritten_changes(self) -> bool:
+        """Whether a table partition of this worker changed since the last commit."""
+        for table in self.worker.state_manager.tables:
+            for partition in table.held_partitions:
+                state = table.partition_state(partition)
+                if state is not None and state.dirty:
+                    return True
+        return False
 
     async def advance(self, seconds: float) -> None:
         """Move the clock forward, fire the timers that came due, and process."""

@@ -22,7 +22,7 @@ from streamkit.windows.aggregate import (
 from streamkit.windows.join import JoinResult, JoinRun, JoinStep, WindowJoin, run_join
 from streamkit.windows.keys import decode_window_key, encode_window_key, window_range
 from streamkit.windows.session import SessionMerge, merge_session
-from streamkit.windows.sliding import NewWindow, SlidingPlan, plan_sliding
+from streamkit.windows.sliding import SlidingOp, plan_sliding
 from streamkit.windows.spec import Hopping, Session, Sliding, Tumbling, WindowSpec, duration_ms
 from streamkit.windows.store import SortedMemoryStore, WindowStore
 from streamkit.windows.streamtime import NO_TIMESTAMP, StreamTime
@@ -36,12 +36,11 @@ __all__ = [
     "JoinRun",
     "JoinStep",
     "LateRecord",
-    "NewWindow",
     "RunResult",
     "Session",
     "SessionMerge",
     "Sliding",
-    "SlidingPlan",
+    "SlidingOp",
     "SortedMemoryStore",
     "Step",
     "StreamTime",

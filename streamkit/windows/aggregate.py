@@ -24,8 +24,16 @@ Emit modes:
 
 * ``"update"``: every change of a window is emitted as it happens (a session merged away is
   emitted with value ``None``);
-* ``"close"``: each window is emitted once, when stream time closes it; windows closing on the
-  same step come in order of end, key, start;
+* ``"close"``: each window is emitted when stream time closes it, as Kafka Streams'
+  ``suppress(untilWindowCloses)`` with the cache off: windows closing on the same step come in
+  order of end, key, start, when the record that moved stream time writes its first window
+  (the suppression buffer evicts on each update it receives); a window written once it is
+  closed (a sliding window ending at ``stream time - grace``, which still takes records; a
+  session made closed) is emitted again, at once, with its new value. (Kafka Streams' other
+  way, ``emitStrategy(EmitStrategy.onWindowClose())``, emits time windows at the same time,
+  but a sliding window only once stream time passes ``end + grace`` and a session once it
+  passes ``end + gap + grace``, each once, and no more often than its wall-clock emit
+  interval: ``AbstractKStreamTimeWindowAggregateProcessor.maybeForwardFinalResult``);
 * ``"none"``: nothing is emitted (a table only read, never streamed out).
 
 Retention: a window is deleted (from the store, so from its changelog too) once stream time
@@ -134,8 +142,8 @@ def expire_bound(spec: WindowSpec, stream_time_ms: int, retention_ms: int | None
         return spec.expire_bound(stream_time_ms)
     if isinstance(spec, Hopping):  # end = start + size: start + retention <= stream time
         return stream_time_ms - retention_ms + spec.size_ms + 1
-    if isinstance(spec, Sliding):  # end = start + d
-        return stream_time_ms - retention_ms + spec.max_difference_ms
+    if isinstance(spec, Sliding):  # end = start + d; kept while start > time - retention
+        return stream_time_ms - retention_ms + spec.max_difference_ms + 1
     return stream_time_ms - retention_ms
 
 
@@ -182,6 +190,7 @@ class WindowAggregator(Generic[V, A]):
         emit: Emit = "update",
         retention_ms: int | None = None,
         late_counter: LateCounter | None = None,
+        skip: Callable[[V], bool] | None = None,
     ) -> None:
         if emit not in ("update", "close", "none"):
             raise ConfigError(f"emit must be 'update' or 'close' (or 'none'), not {emit!r}")
@@ -195,6 +204,9 @@ class WindowAggregator(Generic[V, A]):
         self.emit: Emit = emit
         self.retention_ms = retention_ms
         self.late_counter = late_counter
+        # Values ignored entirely, stream time included: Kafka Streams' sliding aggregation
+        # skips a record with a null value (the DSL passes that test).
+        self.skip = skip
         # Over a committing store the progress keys wait in memory for the commit (one write
         # each per commit, not per record); another driver's waiting progress is written first
         # so that this one reads it.
@@ -221,20 +233,31 @@ class WindowAggregator(Generic[V, A]):
         # at the first scan (not here: a driver made only to read never needs them).
         self._close_ends: list[int] | None = None
         self._expire_ends: list[int] = []
+        # Sliding: the largest window start written (the window store's own stream time, from
+        # which its retention counts); loaded with the heaps.
+        self._store_time = -1
+        # emit="close": the windows closed by this record's stream time are emitted at its
+        # first window write (as the suppression buffer evicts on the first update it gets).
+        self._scan_pending = False
+        self._previous_stream_time = self.stream_time.ms  # before the record being processed
 
     # -- records --------------------------------------------------------------------------
 
     def process(self, key: bytes, ts_ms: int, value: V) -> Step[V, A]:
         """Aggregate one record; what it emitted, or why it is late."""
         step: Step[V, A] = Step()
+        if self.skip is not None and self.skip(value):
+            return step
         if ts_ms < 0:
             step.late = LateRecord(key, ts_ms, value, "negative-timestamp", self.stream_time.ms)
             if self.late_counter is not None:
                 self.late_counter.late("negative-timestamp", ts_ms, self.stream_time.ms)
                 self.late_counter.seen()
             return step
+        self._previous_stream_time = self.stream_time.ms
         if self.stream_time.advance(ts_ms) and not self._progress_deferred:
             self._progress_moved()
+        self._scan_pending = self.emit == "close"
         spec = self.spec
         if isinstance(spec, Hopping):
             reason = self._process_time(spec, key, ts_ms, value, step)
@@ -317,7 +340,7 @@ class WindowAggregator(Generic[V, A]):
         # scan of the key's sessions starting up to ts + gap reads only a few.
         lo, hi = window_range(key, MIN_MS, ts + spec.gap_ms)
         found = [(w.start, w.end, w) for w in self._scan(key, lo, hi)]
-        merge = merge_session(spec, found, ts, self.stream_time.ms)
+        merge = merge_session(spec, found, ts, self.stream_time.ms, self._previous_stream_time)
         if merge.late is not None:
             return merge.late
         merger = self.aggregation.merger
@@ -328,44 +351,56 @@ class WindowAggregator(Generic[V, A]):
             agg = merger(agg, window.value)
             max_ts = max(max_ts, window.max_ts)
             self._delete(key, start, end)
-            if (start, end) != (merge.start_ms, merge.end_ms) and self.emit == "update":
+            # Kafka Streams removes (and, emitting updates, forwards a tombstone for) every
+            # session merged, the one the record falls in included, unless the record alone
+            # makes the merged session (KStreamSessionWindowAggregate.process).
+            if (merge.start_ms, merge.end_ms) != (ts, ts) and self.emit == "update":
                 step.emitted.append(WindowResult(key, start, end, None))
         agg = self.aggregation.adder(agg, value)
         self._index(key, merge.start_ms, merge.end_ms)
         self._put(key, _Window(merge.start_ms, merge.end_ms, max_ts, agg), step)
+        if spec.expired(merge.end_ms, self.stream_time.ms):
+            # Made closed (it ends at stream time - gap - grace): emitted, and no later record
+            # sees it (the session store's retention hides it already).
+            self._delete(key, merge.start_ms, merge.end_ms)
         return None
 
     def _process_sliding(
         self, spec: Sliding, key: bytes, ts: int, value: V, step: Step[V, A]
     ) -> str | None:
-        if sliding_late(spec, ts, self.stream_time.ms):
+        now = self.stream_time.ms
+        if sliding_late(spec, ts, now):
             return "window-closed"
-        lo, hi = window_range(key, *fetch_bounds(spec, ts))
-        existing = {w.start: w for w in self._scan(key, lo, hi)}
-        plan = plan_sliding(spec, ts, [(w.start, w.max_ts) for w in existing.values()])
-        adder = self.aggregation.adder
-        changed: list[_Window[A]] = []
-        for new in plan.create:
-            start, end = spec.window_for_start(new.start_ms)
-            if new.copy_from is None:
-                window = _Window(start, end, ts, self.aggregation.initializer())
+        if self._close_ends is None:
+            self._load_ends()  # and the store's time
+        retention = spec.retention_ms if self.retention_ms is None else self.retention_ms
+        lo, hi = window_range(key, *fetch_bounds(spec, ts, self._store_time, retention))
+        # (start -> (max_ts, aggregate bytes)): each write starts from its source as read
+        # before this record, never from a value another write of this record changed or shares.
+        read: dict[int, tuple[int, bytes]] = {}
+        for data_key, stored in list(self.store.range(_DATA + lo, _DATA + hi)):
+            read[decode_window_key(data_key[1:])[1]] = (_MAX_TS.unpack(stored[:8])[0], stored[8:])
+        ops = plan_sliding(spec, ts, [(start, max_ts) for start, (max_ts, _) in read.items()], now)
+        d = spec.max_difference_ms
+        for op in ops:
+            start = op.start_ms
+            if op.source is None:
+                window = _Window(start, start + d, ts, self.aggregation.initializer())
             else:
-                seed = existing[new.copy_from]
-                # The copy must not share a mutable aggregate with its seed.
-                copied = self.aggregation.deserialize(self.aggregation.serialize(seed.value))
-                window = _Window(start, end, seed.max_ts, copied)
-            if new.add_record:
-                window.value = adder(window.value, value)
+                max_ts, aggregate = read[op.source]
+                window = _Window(start, start + d, max_ts, self.aggregation.deserialize(aggregate))
+            if op.add_record:
+                window.value = self.aggregation.adder(window.value, value)
                 window.max_ts = max(window.max_ts, ts)
-            self._index(key, start, end)
-            changed.append(window)
-        for start in plan.update:
-            window = existing[start]
-            window.value = adder(window.value, value)
-            window.max_ts = max(window.max_ts, ts)
-            changed.append(window)
-        for window in sorted(changed, key=lambda w: w.start):
+            if start not in read:
+                self._index(key, start, start + d)
             self._put(key, window, step)
+            if start > self._store_time:
+                self._store_time = start
+        bound = expire_bound(spec, self._store_time, self.retention_ms)
+        for op in ops:  # written past the retention (d = 0): the store hides it at once
+            if op.start_ms + d < bound:
+                self._delete(key, op.start_ms, op.start_ms + d)
         return None
 
     # -- closing and expiry ---------------------------------------------------------------
@@ -374,26 +409,13 @@ class WindowAggregator(Generic[V, A]):
         now = self.stream_time.ms
         if now < 0:
             return
-        close_ends = self._close_ends
-        if close_ends is None:
-            close_ends = self._load_ends()
+        if self._close_ends is None:
+            self._load_ends()
         if self.emit == "close":
-            bound = self.spec.close_bound(now)
-            if bound > self._emitted_until:
-                if close_ends and close_ends[0] < bound:
-                    while close_ends and close_ends[0] < bound:
-                        heapq.heappop(close_ends)
-                    lo = _BY_END + encode_ms(self._emitted_until)
-                    for index_key, _ in list(self.store.range(lo, _BY_END + encode_ms(bound))):
-                        key, start, end = decode_window_key(index_key[9:])
-                        window = self._get(key, start, end)
-                        if window is not None:
-                            step.emitted.append(WindowResult(key, start, end, window.value))
-                self._emitted_until = bound
-                self._emitted_stamp = now
-                if not self._progress_deferred:
-                    self._progress_moved()
-        bound = expire_bound(self.spec, now, self.retention_ms)
+            self._scan_pending = False
+            self._close(step)
+        time_ms = self._store_time if isinstance(self.spec, Sliding) else now
+        bound = expire_bound(self.spec, time_ms, self.retention_ms)
         expired_until = self._expired_until
         if bound <= expired_until:
             return
@@ -408,9 +430,34 @@ class WindowAggregator(Generic[V, A]):
             key, start, end = decode_window_key(index_key[9:])
             self._delete(key, start, end)
 
+    def _close(self, step: Step[V, A]) -> None:
+        """emit="close": emit the windows stream time closed since the last call."""
+        now = self.stream_time.ms
+        close_ends = self._close_ends
+        if close_ends is None:
+            close_ends = self._load_ends()
+        bound = self.spec.close_bound(now)
+        if bound > self._emitted_until:
+            if close_ends and close_ends[0] < bound:
+                while close_ends and close_ends[0] < bound:
+                    heapq.heappop(close_ends)
+                lo = _BY_END + encode_ms(self._emitted_until)
+                for index_key, _ in list(self.store.range(lo, _BY_END + encode_ms(bound))):
+                    key, start, end = decode_window_key(index_key[9:])
+                    window = self._get(key, start, end)
+                    if window is not None:
+                        step.emitted.append(WindowResult(key, start, end, window.value))
+            self._emitted_until = bound
+            self._emitted_stamp = now
+            if not self._progress_deferred:
+                self._progress_moved()
+
     def _load_ends(self) -> list[int]:
         """Fill the heaps of window ends from the index (the store with its unstored writes)."""
         ends = [decode_ms(index_key[1:9]) for index_key, _ in self.store.range(_BY_END, _BY_END_STOP)]
+        if ends and isinstance(self.spec, Sliding):
+            # The newest window is never the one expiry deletes: its start is the store's time.
+            self._store_time = max(self._store_time, max(ends) - self.spec.max_difference_ms)
         heapq.heapify(ends)
         self._expire_ends = ends
         self._close_ends = list(ends) if self.emit == "close" else []
@@ -467,6 +514,14 @@ class WindowAggregator(Generic[V, A]):
         self.store.put(_DATA + (window_key or encode_window_key(key, window.start, window.end)), raw)
         if self.emit == "update":
             step.emitted.append(WindowResult(key, window.start, window.end, window.value))
+        elif self.emit == "close":
+            # Written after it closed: the suppression buffer emits it again at once, before
+            # the windows closing now (they end later).
+            if window.end < self._emitted_until:
+                step.emitted.append(WindowResult(key, window.start, window.end, window.value))
+            if self._scan_pending:
+                self._scan_pending = False
+                self._close(step)
 
     def _index(self, key: bytes, start: int, end: int, window_key: bytes | None = None) -> None:
         self.store.put(_BY_END + encode_ms(end) + (window_key or encode_window_key(key, start, end)), b"")

@@ -2,18 +2,22 @@
 
 A session ``[start, end]`` runs from its first to its last record (both inclusive). A record at
 ``ts`` joins every session of its key that ends at ``ts - gap`` or later and starts at
-``ts + gap`` or earlier; those sessions and the record become one session spanning them all.
+``ts + gap`` or earlier; those sessions and the record become one session spanning them all
+(``KStreamSessionWindowAggregate.process``, ``findSessions(ts - gap, ts + gap)``).
 
-A closed session (``stream time > end + gap + grace``, KAFKA-12718) is final: it was emitted
-on close and nothing changes it afterwards. So a record joins only the *open* sessions it
-reaches; a closed one within its gap is left as it is, even if the record then starts a new
-session less than a gap away from it. Kafka Streams merges a closed session that its store
-still holds, which depends on when its segments were dropped; ignoring closed sessions gives
-the same answer whatever the store's timing, and lets a session be deleted as soon as it
-closes (``Session.expire_bound``).
+A session is *closed* once ``stream time >= end + gap + grace`` (``Session.close_bound``): it is
+emitted on close then (``suppress(untilWindowCloses)``, whose grace for sessions is gap +
+grace), and the session store no longer returns it (its retention is gap + grace from the end,
+and ``AbstractRocksDBSegmentedBytesStore.getActualFrom`` hides anything older than stream time
+less the retention), so a record never merges into a closed session: a record within the gap
+of one starts a new session of its own. The store's time is the largest session end written
+before the record's own write: the stream time before the record (the record that moves
+stream time writes a session ending there), so a record that moves stream time still merges a
+session its own arrival closes (and that session, merged away, is not emitted).
 
-A record is late (``SessionMerge.late == "window-closed"``) when the session it would make is
-closed already, as Kafka Streams drops it.
+A record is late (``SessionMerge.late == "window-closed"``) when the session it would make ends
+before ``stream time - gap - grace`` (Kafka Streams drops it). A session ending exactly there
+is made, closed already: it is emitted at once, and no later record sees it.
 
 >>> from streamkit.windows.spec import Session
 >>> spec = Session(10)  # a 10 s gap
@@ -52,18 +56,24 @@ def merge_session(
     sessions: Sequence[tuple[int, int, T]],
     ts_ms: int,
     stream_time_ms: int,
+    store_time_ms: int | None = None,
 ) -> SessionMerge[T]:
     """Merge a record at ``ts_ms`` with the key's ``sessions`` (start, end, value).
 
     ``sessions`` may hold sessions the record does not reach, or closed ones; they are
-    ignored. Stream time is the one after observing the record.
+    ignored. Stream time is the one after observing the record; ``store_time_ms`` the one
+    before (default: the same), as the session store's time is the largest session end
+    written before this record's: a session is hidden once closed at that time.
     """
+    store_time = stream_time_ms if store_time_ms is None else store_time_ms
     joined = [
         s
         for s in sessions
-        if session_overlaps(spec, s[0], s[1], ts_ms) and not spec.closed(s[1], stream_time_ms)
+        if session_overlaps(spec, s[0], s[1], ts_ms) and not spec.closed(s[1], store_time)
     ]
     start = min([ts_ms, *(s[0] for s in joined)])
     end = max([ts_ms, *(s[1] for s in joined)])
-    late = "window-closed" if spec.closed(end, stream_time_ms) else None
+    # Dropped when the merged session ends before stream time - gap - grace: one below the
+    # close bound (KStreamSessionWindowAggregate: mergedWindow.end() < windowCloseTime).
+    late = "window-closed" if end < spec.close_bound(stream_time_ms) - 1 else None
     return SessionMerge(start, end, joined, late)

@@ -13,20 +13,22 @@ A spec is a frozen value. Durations are given in seconds (``int``/``float``) or 
   ``retention_ms`` is the same horizon counted from the window's start, as Kafka Streams counts
   its window store retention.
 
-The rules are Kafka Streams 3.x's (the reference), with two deliberate differences that make
-answers independent of arrival order and store timing: a closed session is never merged
-again (``session.py``), and a sliding-window record is late as soon as its own left window is
-closed (``sliding.py``).
+The rules are Kafka Streams 4.4's (the reference, with its windows emitted on close by
+``suppress(untilWindowCloses)``), with no deliberate difference: a session is closed when the
+session store's retention hides it (``session.py``), and a sliding window is copied and
+updated as ``KStreamSlidingWindowAggregate`` does (``sliding.py``).
 
-============  ==================  ==========================  ===============================
-spec          window              closed when (st = stream    retention (from start)
-                                  time)
-============  ==================  ==========================  ===============================
-Tumbling      ``[start, end)``    ``st >= end + grace``       ``size + grace``
-Hopping       ``[start, end)``    ``st >= end + grace``       ``size + grace``
-Sliding       ``[start, end]``    ``st > end + grace``        ``2 * max_difference + grace``
-Session       ``[first, last]``   ``st > end + gap + grace``  (by end) ``gap + grace``
-============  ==================  ==========================  ===============================
+============  ==================  ===========================  ==============================
+spec          window              closed (emitted) when        retention (from start)
+                                  (st = stream time)
+============  ==================  ===========================  ==============================
+Tumbling      ``[start, end)``    ``st >= end + grace``        ``size + grace``
+Hopping       ``[start, end)``    ``st >= end + grace``        ``size + grace``
+Sliding       ``[start, end]``    ``st >= end + grace`` (takes ``2 * max_difference + grace``
+                                  records until
+                                  ``st > end + grace``)
+Session       ``[first, last]``   ``st >= end + gap + grace``  (by end) ``gap + grace``
+============  ==================  ===========================  ==============================
 
 Time windows are aligned to the epoch and never start before it (as Kafka Streams'
 ``TimeWindows.windowsFor``). Timestamps are non-negative milliseconds; a negative one belongs to
@@ -186,16 +188,26 @@ class Sliding:
         return 2 * self.max_difference_ms + self.grace_ms
 
     def close_bound(self, stream_time_ms: int) -> int:
-        """Windows with ``end < close_bound`` are closed (``stream time > end + grace``)."""
-        return stream_time_ms - self.grace_ms
+        """Windows with ``end < close_bound`` are closed and emitted (``stream time >= end +
+        grace``, as Kafka Streams' ``suppress(untilWindowCloses)``); ``accepts`` tells which
+        still take records."""
+        return stream_time_ms - self.grace_ms + 1
 
     def closed(self, end_ms: int, stream_time_ms: int) -> bool:
         return end_ms < self.close_bound(stream_time_ms)
 
+    def accepts(self, end_ms: int, stream_time_ms: int) -> bool:
+        """Whether a window still takes records: ``end >= stream time - grace``
+        (``KStreamSlidingWindowAggregate.updateWindowAndForward``), so a window ending exactly
+        at ``stream time - grace`` is emitted on close and may still change (and be emitted
+        again)."""
+        return end_ms >= stream_time_ms - self.grace_ms
+
     def expire_bound(self, stream_time_ms: int) -> int:
-        # A new record's left window is built from the window ending just before it, which may
-        # end up to d before the record, itself at least stream time - grace.
-        return stream_time_ms - self.grace_ms - self.max_difference_ms
+        # The window store's retention (2d + grace from the start) counted from the largest
+        # window start written, which the aggregator passes as the time here: a window that
+        # started up to that far back may still be copied into a new record's windows.
+        return stream_time_ms - self.grace_ms - self.max_difference_ms + 1
 
     def expired(self, end_ms: int, stream_time_ms: int) -> bool:
         return end_ms < self.expire_bound(stream_time_ms)
@@ -206,7 +218,7 @@ class Session:
     """Sessions of activity: a session runs from its first to its last record, and a record
     within ``gap`` of a session joins it (merging the sessions it bridges).
 
-    >>> Session(30, grace=5).gap_ms, Session(30, grace=5).closed(1000, 36_001)
+    >>> Session(30, grace=5).gap_ms, Session(30, grace=5).closed(1000, 36_000)
     (30000, True)
     """
 
@@ -223,9 +235,11 @@ class Session:
         return self.gap_ms + self.grace_ms
 
     def close_bound(self, stream_time_ms: int) -> int:
-        """Sessions with ``end < close_bound`` are closed (``stream time > end + gap + grace``,
-        KAFKA-12718: until then a record within the gap may still extend it)."""
-        return stream_time_ms - self.gap_ms - self.grace_ms
+        """Sessions with ``end < close_bound`` are closed (``stream time >= end + gap +
+        grace``): emitted on close (``suppress(untilWindowCloses)``, whose grace for sessions
+        is gap + grace) and past the session store's retention (gap + grace from the end,
+        ``AbstractRocksDBSegmentedBytesStore.getActualFrom``), so never merged again."""
+        return stream_time_ms - self.gap_ms - self.grace_ms + 1
 
     def closed(self, end_ms: int, stream_time_ms: int) -> bool:
         return end_ms < self.close_bound(stream_time_ms)

@@ -112,6 +112,7 @@ class WindowedTable(Table):
         initializer: Callable[[], Any],
         adder: Callable[[Any, Any], Any],
         merger: Callable[[Any, Any], Any] | None = None,
+        skip: Callable[[Any], bool] | None = None,
         key_type: Any = None,
         value_type: Any = None,
         key_serializer: str | Serde | None = None,
@@ -150,6 +151,7 @@ class WindowedTable(Table):
         self.aggregation: Aggregation[Any, Any] = Aggregation(
             initializer, adder, lambda a: dumps(a) or b"", loads, merger
         )
+        self.skip = skip  # values the driver ignores (WindowAggregator's skip)
         self.emit: Emit = "update"
         self._emit_chosen = False
         self.emitted_topic: Any = None  # the topic of emitted windows, once to_stream() asks
@@ -172,7 +174,7 @@ class WindowedTable(Table):
         """The window driver over one partition's state."""
         return WindowAggregator(
             self.spec, self.aggregation, WindowStoreView(state), emit=self.emit,
-            retention_ms=self.retention_ms, late_counter=self.late,
+            retention_ms=self.retention_ms, late_counter=self.late, skip=self.skip,
         )
 
     def partition_of(self, key: Any) -> int:

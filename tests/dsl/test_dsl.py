@@ -113,6 +113,24 @@ async def test_table_table_join_follows_both_sides(how: str) -> None:
         assert dict(joined.items()) == expected
 
 
+async def test_process_runs_until_a_table_table_join_has_emitted() -> None:
+    # Issue 29: process() promises that every record was processed, so the join's stream of
+    # changes holds the row as soon as both sides' records were each followed by process().
+    app = sk.App("dsl-tt-process")
+    lt = app.topic("lt", key_type=str, value_type=int)
+    rt = app.topic("rt", key_type=str, value_type=int)
+    out = app.topic("joined-out", key_type=str, value_type=list)
+    left = app.stream(lt).to_table("left")
+    right = app.stream(rt).to_table("right")
+    left.join(right, lambda a, b: [a, b], name="joined").to_stream().to(out)
+    async with AppDriver(app) as driver:
+        await driver.send(lt, 1, key="a")
+        await driver.process()
+        await driver.send(rt, 10, key="a")
+        await driver.process()
+        assert [(e.key, e.value) for e in await driver.read(out)] == [("a", [1, 10])]
+
+
 def test_declarative_functions_must_be_plain() -> None:
     app = sk.App("dsl-bad")
     topic = app.topic("t")

@@ -89,11 +89,19 @@ def test_merge_session_ignores_closed_and_unreachable_sessions() -> None:
     merge = merge_session(spec, sessions, 14, stream_time_ms=14)
     assert (merge.start_ms, merge.end_ms, merge.late) == (10, 14, None)
     assert merge.replaces == [(10, 12, "open")]
-    # At stream time 17, [0, 2] is closed (17 > 2 + 5) and [10, 12] is not: a record at 6
-    # reaches both but joins only the open one.
-    merge = merge_session(spec, sessions, 6, stream_time_ms=17)
+    # At stream time 16, [0, 2] is closed (16 >= 2 + 5) and [10, 12] is not (16 < 12 + 5): a
+    # record at 6 reaches both but joins only the open one.
+    merge = merge_session(spec, sessions, 6, stream_time_ms=16)
     assert (merge.start_ms, merge.end_ms) == (6, 12)
     assert merge.replaces == [(10, 12, "open")]
+    # At 17, [10, 12] is closed too (emitted, and past the session store's retention): the
+    # record would make a session of its own, [6, 6], which ends before 17 - 5 = 12: Kafka
+    # Streams drops it.
+    assert merge_session(spec, sessions, 6, stream_time_ms=17).late == "window-closed"
+    # A record ending exactly at stream time - gap - grace is kept (KStreamSessionWindowAggregate
+    # drops only mergedWindow.end() < windowCloseTime).
+    edge = merge_session(spec, sessions, 12, stream_time_ms=17)
+    assert (edge.start_ms, edge.end_ms, edge.replaces, edge.late) == (12, 12, [], None)
     late = merge_session(spec, [], 3, stream_time_ms=20)
     assert late.late == "window-closed"
 
@@ -102,8 +110,10 @@ def test_session_records_inside_a_session_update_it_in_place() -> None:
     agg = WindowAggregator(Session(ms(5)), SUM)
     agg.process(b"k", 10, 1)
     agg.process(b"k", 14, 2)
-    step = agg.process(b"k", 12, 3)  # inside [10, 14]: same window, no removal emitted
-    assert step.emitted == [WindowResult(b"k", 10, 14, 6)]
+    # Inside [10, 14]: the same window, but Kafka Streams removes the merged session and
+    # writes the new one (KStreamSessionWindowAggregate.process), so a tombstone comes first.
+    step = agg.process(b"k", 12, 3)
+    assert step.emitted == [WindowResult(b"k", 10, 14, None), WindowResult(b"k", 10, 14, 6)]
 
 
 def test_sliding_windows_follow_kafka_streams() -> None:
@@ -125,15 +135,75 @@ def test_sliding_windows_follow_kafka_streams() -> None:
     assert table(shuffled.windows) == table(result.windows)
 
 
-def test_a_sliding_record_whose_left_window_is_closed_is_late() -> None:
-    # d = 3, grace = 4, records at 25, 19, 22. Kafka Streams would accept 19 (19 + 3 + 4 >= 25)
-    # yet put it in no window, as [19, 22] is later seeded without it; here 19 is late (its
-    # left window [16, 19] closed at 19 + 4 < 25) and every window holds exactly its records.
+def test_a_closed_session_takes_no_late_record() -> None:
+    # Issue 29: gap 1 s, grace 0. a's session [1001000, 1003000] closes when stream time
+    # reaches 1003000 + 1000: emitted then, and a record at 1000807 that would have extended it
+    # is dropped (Kafka Streams: a@1001000-1003000 = 4, not a@1000807-1003000 = 5).
+    records = [(b"a", t, 1) for t in (1001000, 1002000, 1002500, 1003000)]
+    records += [(b"b", 1004000, 1), (b"a", 1000807, 1)]
+    result = run(Session(1), SUM, records, emit="close")
+    assert [(w.key, w.start_ms, w.end_ms, w.value) for w in result.emitted] == [(b"a", 1001000, 1003000, 4)]
+    assert [late.ts_ms for late in result.late] == [1000807]
+
+
+def test_a_session_made_closed_is_emitted_at_once_and_forgotten() -> None:
+    # Gap 5, grace 0, stream time 20: a record of k at 15 (= 20 - 5) is not dropped
+    # (KStreamSessionWindowAggregate keeps mergedWindow.end() >= windowCloseTime) but its
+    # session is closed as it is made: suppress emits it at once, and the store's retention
+    # hides it from the next record at 15, which makes [15, 15] again.
+    records = [(b"a", 20, 1), (b"k", 15, 2), (b"k", 15, 4)]
+    result = run(Session(ms(5)), SUM, records, emit="close")
+    assert [(w.key, w.start_ms, w.end_ms, w.value) for w in result.emitted] == [
+        (b"k", 15, 15, 2), (b"k", 15, 15, 4),
+    ]
+    assert result.late == []
+    assert [(w.key, w.start_ms, w.value) for w in result.windows] == [(b"a", 20, 1)]
+
+
+def test_a_sliding_window_written_after_it_closed_is_emitted_again() -> None:
+    # d = 5 ms, grace 0: [5, 10] closes as the record at 10 makes it (stream time 10 reaches
+    # its end), so suppress(untilWindowCloses) emits it at once; it still takes records
+    # (KStreamSlidingWindowAggregate: end >= stream time - grace), and a second record at 10
+    # changes it: Kafka Streams emits it again, and so does streamkit.
+    result = run(Sliding(ms(5)), SUM, [(b"k", 10, 1), (b"k", 10, 2)], emit="close")
+    assert [(w.start_ms, w.end_ms, w.value) for w in result.emitted] == [(5, 10, 1), (5, 10, 3)]
+
+
+def test_a_skipped_value_changes_nothing_not_even_stream_time() -> None:
+    # Kafka Streams' sliding aggregation skips a null value before it observes the record's
+    # time (KStreamSlidingWindowAggregate.process); the DSL passes that test as ``skip``.
+    agg = WindowAggregator(Sliding(ms(5)), SUM, skip=lambda v: v is None)
+    agg.process(b"k", 10, 1)
+    step = agg.process(b"k", 100, None)
+    assert step.emitted == [] and step.late is None and agg.stream_time.ms == 10
+    assert table(list(agg.windows())) == {(5, 10): 1}
+
+
+def test_a_sliding_record_whose_left_window_is_closed_goes_to_the_open_windows() -> None:
+    # d = 3, grace = 4, records at 25, 19, 22. Kafka Streams accepts 19 (19 + 3 >= 25 - 4,
+    # KStreamSlidingWindowAggregate.process) but its left window [16, 19] is closed (19 < 21)
+    # and no open window exists yet that holds it; [19, 22], made when 22 arrives, starts from
+    # the initializer (no earlier window is left of 22 in the store), so 19 is in no window.
     result = run(
         Sliding(ms(3), grace=ms(4)), VALUES, [(b"k", 25, 25), (b"k", 19, 19), (b"k", 22, 22)]
     )
-    assert [(late.ts_ms, late.reason) for late in result.late] == [(19, "window-closed")]
+    assert result.late == []
     assert table(result.windows) == {(19, 22): [22], (22, 25): [22, 25], (23, 26): [25]}
+
+
+def test_a_late_sliding_record_counts_in_the_right_window_of_the_record_before() -> None:
+    # Issue 29: d = 3 s, grace 0; a at 1013931, b up to 1016600, then a at 1015265. Its own
+    # left window [1012265, 1015265] is closed, but the right window of 1013931,
+    # [1013932, 1016932], is open: Kafka Streams makes it (createPreviousRecordRightWindow)
+    # with the late record in it, and emits it on close.
+    records = [(b"a", 1013931, 1), (b"b", 1016000, 2), (b"b", 1016600, 3), (b"a", 1015265, 4)]
+    result = run(Sliding(3), VALUES, records)
+    assert result.late == []
+    assert table([w for w in result.windows if w.key == b"a"]) == {
+        (1010931, 1013931): [1], (1013932, 1016932): [4],
+    }
+    closing = run(Sliding(3), VALUES, [*records, (b"b", 1016932, 5)], emit="close")
+    assert (b"a", 1013932, 1016932, [4]) in [(w.key, w.start_ms, w.end_ms, w.value) for w in closing.emitted]
 
 
 def test_time_windows_late_records_and_emit_close() -> None:
@@ -215,6 +285,10 @@ def test_expiry_keeps_state_bounded_over_a_long_run(spec: WindowSpec) -> None:
     assert emitted > 1_000
     # Every window left is one stream time still needs.
     now = agg.stream_time.ms
+    # (Sliding windows are kept by the window store's time, the largest start written, at
+    # least stream time - max_difference.)
+    if isinstance(spec, Sliding):
+        now -= spec.max_difference_ms
     assert all(not spec.expired(w.end_ms, now) for w in agg.windows())
 
 

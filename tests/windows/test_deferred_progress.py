@@ -271,13 +271,13 @@ def test_a_join_killed_between_commits_resumes_with_the_models_answers(
     # Expiry (by time, kept in memory and reloaded from the store after the kill): every
     # stored record that can still pair is kept, none older than retention plus one step.
     commit(partition)
-    now, retention, step = join.stream_time.ms, 2 * 1_000 + 500, (2 * 1_000 + 500) // 4
-    late_ids = {int(x.value) for x in model.late}
+    # Each side's store keeps a record while ts > that side's time - retention.
+    times, retention, step = join.side_time_ms, 2 * 1_000 + 500, (2 * 1_000 + 500) // 4
     kept = {(side, key, ts) for side, key, ts, _v in join.stored()}
-    for i, (side, key, ts) in enumerate(records):
-        if i not in late_ids and ts >= now - retention:
+    for side, key, ts in records:
+        if ts > times[side] - retention:
             assert (side, key, ts) in kept
-    assert all(ts >= now - retention - step for _side, _key, ts in kept)
+    assert all(ts > times[side] - retention - step for side, _key, ts in kept)
     assert list(store.range(b"\x02", b"\x03")) == []  # no index by time in the store
 
 
@@ -299,6 +299,7 @@ def test_a_store_of_the_earlier_layout_loses_its_index_by_time_and_expires_its_r
     commit(partition)
     assert list(store.range(b"\x02", b"\x03")) == []
     partition.timestamp_ms = BASE + 10_000
-    join.process("right", b"j", BASE + 10_000, b"later")  # the old records expire
+    join.process("right", b"j", BASE + 10_000, b"later")  # the old records expire, each
+    join.process("left", b"j", BASE + 10_000, b"later")  # when its own side's time moves
     commit(partition)
-    assert [(side, key) for side, key, _ts, _v in join.stored()] == [("right", b"j")]
+    assert [(side, key) for side, key, _ts, _v in join.stored()] == [("left", b"j"), ("right", b"j")]

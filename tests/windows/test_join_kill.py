@@ -138,7 +138,8 @@ async def run_with_kills(records: Input, cuts: tuple[int, int], guarantee: str, 
         tmp = Path(tmp_name)
         url = f"file://{tmp / 'log'}"
         env = {**os.environ, "JKILL_BROKER": url, "JKILL_GUARANTEE": guarantee, "JKILL_COMMIT_S": str(COMMIT_S),
-               "PYTHONPATH": str(HERE)}
+               # The tree under test first: the venv's own streamkit may be another checkout's.
+               "PYTHONPATH": f"{HERE}{os.pathsep}{HERE.parent.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
         await client_ready(url)
         lo = 0
         at_kill: list[int] = []

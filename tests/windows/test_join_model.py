@@ -1,22 +1,34 @@
-"""The windowed stream-stream join driver against a brute-force reference model.
+"""The windowed stream-stream join driver against a reference model of Kafka Streams' join.
 
-The model below uses no streamkit code. It keeps every record that was not late, forever, and
-for each new record recomputes from scratch which earlier records of the other side it pairs
-with, and which unpaired records' windows the record's timestamp closed. The rules it encodes
-are the documented ones (Kafka Streams 3.1+ ``JoinWindows``, no spurious results):
+The model below uses no streamkit code. It keeps every record forever, and for each new record
+recomputes from scratch which records of the other side it pairs with, and which waiting
+unpaired records are emitted. The rules it encodes are Kafka Streams 4.4's
+(``KStreamKStreamJoin.KStreamKStreamJoinProcessor``, symmetric ``JoinWindows`` of
+``within`` before and after, the outer-join store on, its emit interval 0):
 
-* stream time is the largest timestamp seen on either side;
-* a record is late when its timestamp is negative, or when ``ts + within + grace`` is below
-  stream time on arrival; a late record pairs with nothing and is kept nowhere;
-* a record pairs with every earlier kept record of the other side with the same key and
-  ``|ts - other_ts| <= within``, in order of timestamp then arrival; the pair has timestamp
-  ``max(ts, other_ts)``; the pairs of a record come after the unpaired records it closed;
-* left joins emit each kept left record that paired with nothing before its window closed
-  (``stream time > ts + within + grace``), outer joins each such record of either side, with
-  the missing side ``None``, in order of timestamp then arrival, when stream time moves.
+* stream time is the largest timestamp seen on either side (``sharedTimeTracker``); each
+  side's store has its own time, the largest timestamp stored on it;
+* no record is dropped as late (``process`` has no such check): a record pairs with every kept
+  record of the other side with the same key and ``|ts - other_ts| <= within`` that the other
+  side's store still returns, ``other_ts > other side's time - (2 * within + grace)``
+  (the store's retention, ``AbstractRocksDBSegmentedBytesStore.getActualFrom``), in order of
+  timestamp then arrival; the pair has timestamp ``max(ts, other_ts)``
+  (``emitInnerJoin``);
+* a record of an outer side that paired with nothing is emitted unpaired at once when
+  ``ts + within < stream time`` (``timeTo < sharedTimeTracker.streamTime``), else waits in the
+  outer-join store; ``minTime`` becomes the smaller of it and its timestamp;
+* when a record at stream time arrives (``inputRecordTimestamp == streamTime``) and
+  ``minTime + within + grace < stream time``, the waiting records are looked at in order of
+  timestamp, side (right first), key and arrival (``emitNonJoinedOuterRecords``): ``minTime``
+  becomes each one's timestamp in turn; the look stops once an open record of each side was
+  seen; a closed one (``ts + within + grace < stream time``) is emitted unpaired and leaves;
+  all this before the record's own pairs;
+* a pair removes the other record from the waiting ones (``putIfAbsent(otherKey, null)``);
+* the late records streamkit reports: a record of a side that is not outer, that paired with
+  nothing and that its own store hides at once (no record can ever pair with it).
 
 Because the model never forgets a record, equality with the driver (which expires records
-``2 * within + grace`` behind stream time) also shows that expiry changes no answer.
+``2 * within + grace`` behind each side's time) also shows that expiry changes no answer.
 """
 
 from __future__ import annotations
@@ -39,46 +51,70 @@ Out = tuple[bytes, int, Any, Any]  # key, timestamp, left value, right value
 class Model:
     def __init__(self, within: int, grace: int, how: str) -> None:
         self.within, self.grace, self.how = within, grace, how
+        self.retention = 2 * within + grace
         self.outputs: list[Out] = []
         self.late: list[tuple[int, str]] = []
         self.kept: list[tuple[int, str, bytes, int, int]] = []  # arrival, side, key, ts, value
-        self.paired: set[int] = set()
-        self.emitted_unpaired: set[int] = set()
+        self.waiting_records: list[tuple[int, str, bytes, int, int]] = []  # the outer-join store
         self.stream_time = -1
+        self.side_time = {"left": -1, "right": -1}
+        self.min_time: int | None = None  # None: Long.MAX_VALUE
 
     def outer(self, side: str) -> bool:
         return self.how == "outer" or (self.how == "left" and side == "left")
 
-    def closed(self, ts: int) -> bool:
-        return ts + self.within + self.grace < self.stream_time
+    def emit_non_joined(self) -> None:
+        now, span = self.stream_time, self.within + self.grace
+        if self.min_time is not None and self.min_time + span >= now:
+            return
+        self.min_time = None
+        left_open = right_open = False
+        order = sorted(self.waiting_records, key=lambda r: (r[3], r[1] == "left", r[2], r[0]))
+        for record in order:
+            _j, s, k, t, v = record
+            self.min_time = t
+            if left_open and right_open:
+                break
+            if t + span >= now:
+                left_open, right_open = left_open or s == "left", right_open or s == "right"
+                continue
+            self.waiting_records.remove(record)
+            self.outputs.append((k, t, v, None) if s == "left" else (k, t, None, v))
 
     def feed(self, i: int, side: str, key: bytes, ts: int, value: int) -> None:
         if ts < 0:
             self.late.append((i, "negative-timestamp"))
             return
-        if self.closed(ts):
-            self.late.append((i, "window-closed"))
-            return
-        in_order = sorted(self.kept, key=lambda r: (r[3], r[0]))
-        if ts > self.stream_time:
-            self.stream_time = ts
-            for j, s, k, t, v in in_order:
-                if self.outer(s) and self.closed(t) and j not in self.paired and j not in self.emitted_unpaired:
-                    self.emitted_unpaired.add(j)
-                    self.outputs.append((k, t, v, None) if s == "left" else (k, t, None, v))
-        for j, s, k, t, v in in_order:
-            if s != side and k == key and abs(t - ts) <= self.within:
-                self.paired.update((i, j))
-                self.outputs.append((key, max(ts, t), value, v) if side == "left" else (key, max(ts, t), v, value))
+        self.stream_time = max(self.stream_time, ts)
+        if self.how != "inner" and ts == self.stream_time:
+            self.emit_non_joined()
+        other = "right" if side == "left" else "left"
+        visible_after = self.side_time[other] - self.retention
+        partners = sorted(
+            (r for r in self.kept if r[1] == other and r[2] == key and abs(r[3] - ts) <= self.within
+             and r[3] > visible_after),
+            key=lambda r: (r[3], r[0]),
+        )
+        for j, _s, _k, t, v in partners:
+            self.outputs.append((key, max(ts, t), value, v) if side == "left" else (key, max(ts, t), v, value))
+            self.waiting_records = [r for r in self.waiting_records if r[0] != j]
         self.kept.append((i, side, key, ts, value))
+        self.side_time[side] = max(self.side_time[side], ts)
+        if partners:
+            return
+        if self.outer(side):
+            if ts + self.within < self.stream_time:
+                self.outputs.append((key, ts, value, None) if side == "left" else (key, ts, None, value))
+            else:
+                self.waiting_records.append((i, side, key, ts, value))
+                self.min_time = ts if self.min_time is None else min(self.min_time, ts)
+        elif ts <= self.side_time[side] - self.retention:
+            self.late.append((i, "window-closed"))
 
     def waiting(self) -> list[tuple[str, bytes, int]]:
-        """Kept records that may still be emitted unpaired, in emit order."""
-        return [
-            (s, k, t)
-            for j, s, k, t, _v in sorted(self.kept, key=lambda r: (r[3], r[0]))
-            if self.outer(s) and j not in self.paired and j not in self.emitted_unpaired
-        ]
+        """The records waiting in the outer-join store, in emit order."""
+        order = sorted(self.waiting_records, key=lambda r: (r[3], r[1] == "left", r[2], r[0]))
+        return [(s, k, t) for _j, s, k, t, _v in order]
 
 
 def model_join(within: int, grace: int, how: str, records: list[Rec]) -> Model:
@@ -127,10 +163,11 @@ def test_the_driver_matches_the_model(raw: list[tuple[str, bytes, int]], within:
     assert late == model.late
     assert list(join.unpaired()) == model.waiting()
     assert join.stream_time.ms == model.stream_time
-    # Expiry: nothing older than 2 * within + grace (and the expiry step) behind stream time is kept.
+    # Expiry: nothing older than 2 * within + grace (and the expiry step) behind its side's time
+    # is kept.
     retention = 2 * within + grace
     step = max(1, retention // 4)
-    assert all(ts + retention + step >= model.stream_time for _s, _k, ts, _v in join.stored())
+    assert all(ts + retention + step >= model.side_time[s] for s, _k, ts, _v in join.stored())
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -150,10 +187,37 @@ def test_a_driver_over_the_same_store_carries_on_with_the_same_answers(
 
 
 def test_duplicate_timestamps_all_pair_in_arrival_order() -> None:
-    run = run_join(0, 0, "inner", [
+    run = run_join(1, 0, "inner", [
         ("left", b"k", 5, b"l1"), ("left", b"k", 5, b"l2"), ("right", b"k", 5, b"r1"), ("right", b"k", 5, b"r2"),
     ])
     assert [(r.left, r.right) for r in run.results] == [(b"l1", b"r1"), (b"l2", b"r1"), (b"l1", b"r2"), (b"l2", b"r2")]
+
+
+def test_a_join_window_of_zero_with_no_grace_pairs_nothing() -> None:
+    # Kafka Streams 4.4 keeps each side for the window's size plus grace, 0 ms here, and its
+    # store returns nothing kept for 0 ms (getActualFrom: observed time - retention + 1), so
+    # JoinWindows.ofTimeDifferenceAndGrace(0, 0) never pairs, even equal timestamps.
+    run = run_join(0, 0, "inner", [("left", b"k", 5, b"l"), ("right", b"k", 5, b"r")])
+    assert run.results == [] and [late.ts_ms for late in run.late] == [5, 5]
+
+
+def test_a_late_record_pairs_with_what_the_other_side_still_holds() -> None:
+    # Issue 29: inner join, 1 s, grace 0. The left side holds a at 1018100 (its store's time);
+    # a right record at 1017948 arrives when stream time is 1019100 (a right record moved it):
+    # Kafka Streams drops no late record, and the left store still returns 1018100.
+    records = [("left", b"a", 1018100, b"l"), ("right", b"b", 1019100, b"x"), ("right", b"a", 1017948, b"r")]
+    run = run_join(1000, 0, "inner", records)  # type: ignore[arg-type]
+    assert [(r.key, r.ts_ms, r.left, r.right) for r in run.results] == [(b"a", 1018100, b"l", b"r")]
+    assert run.late == []
+
+
+def test_a_late_unpaired_record_of_an_outer_side_is_emitted_at_once() -> None:
+    # Issue 29: outer join, 1 s, grace 0: right a at 1004304 after right a at 1006600 pairs with
+    # nothing and its window ended before stream time (1004304 + 1000 < 1006600): Kafka Streams
+    # emits null+v at once (timeTo < sharedTimeTracker.streamTime).
+    records = [("right", b"a", 1006600, b"r1"), ("right", b"a", 1004304, b"r2")]
+    run = run_join(1000, 0, "outer", records)  # type: ignore[arg-type]
+    assert [(r.key, r.ts_ms, r.left, r.right) for r in run.results] == [(b"a", 1004304, None, b"r2")]
 
 
 def test_an_unpaired_left_record_waits_until_its_window_closes() -> None:
