@@ -16,11 +16,12 @@ A **case** is one JSON line::
   operator ``map_values: text`` is not mirrored (Python's and Jackson's JSON text differ).
   An optional ``retention_ms`` sets the window store's retention in Kafka Streams
   (``Materialized.withRetention``; streamkit ignores it).
-  ``stream.emit = "close"`` is ``emitStrategy(EmitStrategy.onWindowClose())`` on the windowed
-  stream: streamkit's ``to_stream(emit="close")`` decides, in the aggregation itself and by
-  the aggregation's own stream time, that a window is final, which is what onWindowClose
-  does; ``suppress(untilWindowCloses)`` is a separate node downstream with its own stream
-  time, fed only by the aggregation's updates.
+  ``stream.emit = "close"`` is ``suppress(Suppressed.untilWindowCloses(unbounded()))`` on
+  the windowed table (what streamkit's ``to_stream(emit="close")`` follows: a window is
+  emitted once stream time reaches its end + grace, and again if a record still lands in it);
+  ``stream.close_by = "emit_strategy"`` asks for ``emitStrategy(EmitStrategy.onWindowClose())``
+  instead, which closes sliding and session windows one millisecond later, once each (the
+  difference is recorded in ``docs/kafka-streams.md``).
 * a join, topics ``left`` and ``right`` into topic ``out``, joiner ``[left, right]``::
 
       {"join": "stream", "how": "inner"|"left"|"outer", "within_ms": n, "grace_ms": n}

@@ -313,9 +313,6 @@ _STAMP = ("an update is stamped with its record's timestamp, where Kafka Streams
           "the timestamps behind the result (the aggregate's or the row's previous one, both join sides)")
 _CLOSE_STAMP = ("a window emitted on close is stamped with the stream time that closed it, where Kafka "
                 "Streams stamps the window's own (its latest record's) timestamp")
-_LATE_JOIN = ("late records in stream-stream joins: Kafka Streams drops none (it joins them with what its "
-              "window stores still hold, and forwards an unmatched out-of-order left/outer record at once "
-              "when ts + within < stream time); streamkit sends them to <app>-late, or holds them")
 KNOWN: dict[tuple[str, str], str] = {
     ("aggregations-with-null-values", "values"): (
         "null values: Kafka Streams' stream aggregations skip them (dropped-records-total), streamkit folds "
@@ -328,22 +325,10 @@ KNOWN: dict[tuple[str, str], str] = {
     ("aggregations-fanned-out", "timestamps"): _STAMP,
     ("tumbling", "timestamps"): f"{_STAMP}; {_CLOSE_STAMP}",
     ("hopping", "timestamps"): f"{_STAMP}; {_CLOSE_STAMP}",
-    ("sliding", "values"): (
-        "a late sliding-window record that still belongs to open windows is dropped whole by streamkit; "
-        "Kafka Streams adds it to them and creates its right window"),
     ("sliding", "timestamps"): f"{_STAMP}; {_CLOSE_STAMP}",
-    ("session", "values"): (
-        "a record inside a session of the same bounds: Kafka Streams forwards a tombstone for the old session "
-        "then the new value, streamkit only the value; a session Kafka Streams has emitted on close may "
-        "still absorb a record (emitted again), streamkit never merges a closed session; and at stream time "
-        "= end + gap + grace Kafka Streams' session store (default retention gap + grace) has already "
-        "forgotten a session that streamkit still merges into"),
     ("session", "timestamps"): (
         f"{_CLOSE_STAMP}; the tombstone of a merged session is stamped with its own end in Kafka Streams, "
         "with the merging record's timestamp in streamkit"),
-    ("stream-join-inner", "values"): _LATE_JOIN,
-    ("stream-join-left", "values"): _LATE_JOIN,
-    ("stream-join-outer", "values"): _LATE_JOIN,
     ("table-table-inner", "values"): (
         "Kafka Streams forwards a table-table result even when it does not change (a tombstone for a key the "
         "result never held, the same row again); streamkit forwards changes only"),

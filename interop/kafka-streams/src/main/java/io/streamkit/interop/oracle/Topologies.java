@@ -16,6 +16,7 @@ import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.Topology;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.EmitStrategy;
+import org.apache.kafka.streams.kstream.Suppressed;
 import org.apache.kafka.streams.kstream.GlobalKTable;
 import org.apache.kafka.streams.kstream.Grouped;
 import org.apache.kafka.streams.kstream.JoinWindows;
@@ -163,7 +164,13 @@ public final class Topologies {
                                  String aggName, JsonNode out, Map<String, String> stores, long retentionMs) {
         String kind = text(window.get(0), "a window's kind");
         boolean onClose = out != null && !out.isNull() && out.path("emit").asText("update").equals("close");
-        EmitStrategy emit = onClose ? EmitStrategy.onWindowClose() : EmitStrategy.onWindowUpdate();
+        // streamkit's to_stream(emit="close") is Kafka Streams' suppress(untilWindowCloses): a
+        // window is emitted once stream time reaches its end + grace, and again when a record
+        // still lands in it (sliding). "close_by": "emit_strategy" asks for
+        // emitStrategy(onWindowClose) instead, which closes one millisecond later (see
+        // docs/kafka-streams.md).
+        boolean byStrategy = onClose && out.path("close_by").asText("suppress").equals("emit_strategy");
+        EmitStrategy emit = byStrategy ? EmitStrategy.onWindowClose() : EmitStrategy.onWindowUpdate();
         KTable<Windowed<String>, JsonNode> table;
         if (kind.equals("session")) {
             stores.put(TABLE, "session");
@@ -215,7 +222,10 @@ public final class Topologies {
             }
         }
         if (out != null && !out.isNull()) {
-            emit(table.toStream().map((w, v) -> KeyValue.pair(windowKey(w), v)), out);
+            KTable<Windowed<String>, JsonNode> emitted = onClose && !byStrategy
+                ? table.suppress(Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded()))
+                : table;
+            emit(emitted.toStream().map((w, v) -> KeyValue.pair(windowKey(w), v)), out);
         }
     }
 
