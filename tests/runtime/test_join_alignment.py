@@ -24,10 +24,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import streamkit as sk
 from streamkit._core.partitioner import partition_for_key
+from streamkit._core.types import TopicPartition
+from streamkit.log.records import Record as LogRecord
 from streamkit.runtime import Worker
+from streamkit.runtime.alignment import Aligner
+from streamkit.runtime.inbox import Inbox
+from streamkit.runtime.merge import InputMerge, MergePlan, Stamps
 from streamkit.transport import open_log_client
 from tests.runtime.test_alignment import _read, _settled, _state
 from tests.windows.test_join_model import model_join
@@ -43,6 +50,79 @@ Record = tuple[int, str, int]  # id, key, timestamp
 Inputs = dict[str, list[list[Record]]]  # side -> per source partition, in offset order
 Pairs = list[tuple[str, int, Any, Any]]  # key, timestamp, left id, right id
 Late = list[tuple[int, str]]  # id, reason
+
+
+# -- the rule ---------------------------------------------------------------------------------
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    writers=st.lists(st.lists(st.integers(0, 30), max_size=8), min_size=2, max_size=4),
+    steps=st.lists(st.integers(0, 3), min_size=10, max_size=120),
+)
+def test_the_merge_takes_the_writers_order_whenever_their_records_arrive(writers: list[list[int]], steps: list[int]) -> None:
+    """Writers 0, 2, .. write the left input, 1, 3, .. the right one, handing records out in the
+    timestamp-merged order (the aligner's); their records reach the reader's inboxes in
+    arbitrary pieces and the reader takes whenever it likes: it takes them in the merged order."""
+    aligner = Aligner("sim", drift_ms=0, idle_ms=0, now_ms=lambda: 0)
+    order = sorted(range(len(writers)), key=lambda w: (w % 2, w))  # by (rank, partition)
+    at = [0] * len(writers)
+    members = {}
+    for w in order:
+        member = aligner.join(f"w[{w}]", (w % 2, w), [], None)
+        member.next_ts = (lambda w=w: writers[w][at[w]] if at[w] < len(writers[w]) else None)  # type: ignore[misc]
+        members[w] = member
+    stamps = Stamps({"L", "R"})
+    app = sk.App("merge-sim")
+    inboxes = [Inbox(TopicPartition(t, 0), app.topic(t), asyncio.Event()) for t in ("L", "R")]
+    for inbox in inboxes:
+        inbox.on_put = stamps.count_arrivals
+    merge = InputMerge(MergePlan(aligner, stamps, {"L": frozenset({0}), "R": frozenset({1})}), inboxes, "join[0]")
+    handed = list(heapq.merge(*[[(ts, w) for ts in writers[w]] for w in order], key=lambda r: r[0]))
+    pending: list[list[LogRecord]] = [[], []]
+    offsets = [0, 0]
+    taken: list[tuple[int, int]] = []
+
+    def hand_out() -> None:
+        ts, w = handed[sum(at)]
+        member = members[w]
+        key = ts if member.stream_time is None else max(member.stream_time, ts)
+        member.stream_time = key
+        at[w] += 1
+        side = w % 2
+        stamps.sent[("LR"[side], 0)] = stamps.sent.get(("LR"[side], 0), 0) + 1
+        pending[side].append(LogRecord(offsets[side], ts, str(w).encode(), None, stamps.header(key)))
+        offsets[side] += 1
+
+    def take() -> None:
+        got = merge.take()
+        if got is not None:
+            taken.extend((r.timestamp, int(r.key or b"")) for r in got[0])
+
+    def deliver(side: int) -> None:
+        if pending[side]:
+            inboxes[side].put(pending[side])
+            pending[side] = []
+
+    for step in steps:
+        if step == 0 and sum(at) < len(handed):
+            hand_out()
+        elif step in (1, 2):
+            deliver(step - 1)
+        else:
+            take()
+    while sum(at) < len(handed):
+        hand_out()
+    deliver(0)
+    deliver(1)
+    while len(taken) < len(handed):
+        before = len(taken)
+        take()
+        assert len(taken) > before, "the merge waits with every record arrived and every writer done"
+    assert taken == handed
+
+
+# -- a worker -----------------------------------------------------------------------------------
 
 
 def inputs(n: int, seed: int, *, seconds: int = 240) -> Inputs:
