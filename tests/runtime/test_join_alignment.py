@@ -1,16 +1,18 @@
 """A windowed join after a re-key gives the same answers however its input reached it (issue 22).
 
 Both sides are re-keyed (``map``), so the DSL writes each to a repartition topic and one join
-task per partition reads both (``dsl/plan.py``). The left topic has 3 partitions, the right 2;
-each partition is out of order by more than the grace, and a few records are late by far more.
-The reference is a model: the join (``tests/windows/test_join_model.py``) fed, per join
-partition, the records of the timestamp-merged order of the five source partitions (left
-partitions first on a tie), the order the aligner hands them out in (``runtime/alignment.py``).
-A worker must give the model's joined pairs and late records when the records were in the log
-before it started, when they are fed in real time, and when it is stopped in the middle and
-started again (at-least-once and exactly-once), on the embedded log and through
-``streamkit broker``. The join task then merges its two inputs in the writers' order and waits
-for an empty input its own worker can still write (``runtime/merge.py``).
+task per partition reads both (``dsl/plan.py``). The case (``joins.py``): the left topic has 3
+partitions, the right 2; each partition is out of order by more than the grace, and a few
+records are late by far more. The reference is a model: the join
+(``tests/windows/test_join_model.py``) fed, per join partition, the records of the
+timestamp-merged order of the five source partitions (left partitions first on a tie), the
+order the aligner hands them out in (``runtime/alignment.py``). A worker must give the model's
+joined pairs and late records when the records were in the log before it started, when they are
+fed in real time, when it is stopped in the middle and started again (at-least-once and
+exactly-once), on the embedded log and through ``streamkit broker``, and when (exactly-once) it
+is killed in the middle. The join task then merges its two inputs in the writers' order and
+waits for an empty input its own worker can still write (``runtime/merge.py``); the rule itself
+is checked first, against the merged order, whatever the order records reach the inboxes in.
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ from __future__ import annotations
 import asyncio
 import heapq
 import json
+import os
 import random
-import time
+import signal
+import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -35,22 +38,24 @@ from streamkit.runtime import Worker
 from streamkit.runtime.alignment import Aligner
 from streamkit.runtime.inbox import Inbox
 from streamkit.runtime.merge import InputMerge, MergePlan, Stamps
-from streamkit.transport import open_log_client
-from tests.runtime.test_alignment import _read, _settled, _state
+from tests.runtime.joins import (
+    GRACE_MS,
+    JOINED,
+    PARTITIONS,
+    WITHIN_MS,
+    Pairs,
+    expected,
+    inputs,
+    make_app,
+    merged,
+    outputs,
+    preload,
+)
+from tests.runtime.test_alignment import HERE, STREAMKIT, _settled, _state
+from tests.support.processes import drain, wait_for_line
 from tests.windows.test_join_model import model_join
 
-BASE = int(time.time() * 1000) // 60_000 * 60_000 - 2 * 3_600_000  # recent: no retention deletes it
-PARTITIONS = {"left": 3, "right": 2}
-JOINED = 3  # the repartition topics take the larger count
-WITHIN_MS, GRACE_MS = 2_000, 1_000
-KEYS = 7
 _names = iter(range(1_000_000))
-
-Record = tuple[int, str, int]  # id, key, timestamp
-Inputs = dict[str, list[list[Record]]]  # side -> per source partition, in offset order
-Pairs = list[tuple[str, int, Any, Any]]  # key, timestamp, left id, right id
-Late = list[tuple[int, str]]  # id, reason
-
 
 # -- the rule ---------------------------------------------------------------------------------
 
@@ -125,107 +130,6 @@ def test_the_merge_takes_the_writers_order_whenever_their_records_arrive(writers
 # -- a worker -----------------------------------------------------------------------------------
 
 
-def inputs(n: int, seed: int, *, seconds: int = 240) -> Inputs:
-    """``n`` records per side over ``seconds``, each partition in arrival order: out of order by
-    up to 5 s (the grace is 1 s), 3% late by 20 to 60 s; timestamps on a 100 ms grid, so that
-    records of different partitions and sides tie."""
-    rng = random.Random(seed)
-    out: Inputs = {}
-    ids = iter(range(1_000_000))
-    for side, count in PARTITIONS.items():
-        out[side] = []
-        for _p in range(count):
-            arrivals = sorted(rng.randrange(seconds * 10) * 100 for _ in range(n // count))
-            part = []
-            for t in arrivals:
-                ts = t - rng.randrange(50) * 100
-                if rng.random() < 0.03:
-                    ts -= rng.randrange(20_000, 60_000)
-                part.append((next(ids), f"k{rng.randrange(KEYS)}", BASE + max(0, ts)))
-            out[side].append(part)
-    return out
-
-
-def merged(records: Inputs) -> list[tuple[str, int, int, str, int]]:
-    """(side, source partition, id, key, timestamp) in the timestamp-merged order of the
-    source partitions, left ones first (the aligner's order: by stage, then partition)."""
-    tagged = [
-        [(ts, side, p, i, key) for i, key, ts in part]
-        for side in ("left", "right") for p, part in enumerate(records[side])
-    ]
-    return [(side, p, i, key, ts) for ts, side, p, i, key in heapq.merge(*tagged, key=lambda r: r[0])]
-
-
-def expected(records: Inputs, how: str) -> tuple[Pairs, Late]:
-    """The model's joined pairs and late records: one join per repartition partition, fed its
-    records in the merged order."""
-    per_partition: dict[int, list[tuple[str, bytes, int, int]]] = {}
-    for side, _p, i, key, ts in merged(records):
-        raw = json.dumps(key).encode()  # the repartition topics' key serializer
-        per_partition.setdefault(partition_for_key(raw, JOINED), []).append((side, raw, ts, i))
-    pairs: Pairs = []
-    late: Late = []
-    for fed in per_partition.values():
-        model = model_join(WITHIN_MS, GRACE_MS, how, fed)
-        pairs += [(json.loads(k), ts, left, right) for k, ts, left, right in model.outputs]
-        late += [(fed[j][3], reason) for j, reason in model.late]
-    return sorted(pairs, key=repr), sorted(late)
-
-
-def make_app(name: str, broker: str, how: str, **settings: Any) -> sk.App:
-    app = sk.App(name, broker=broker, **settings)
-    left = app.topic(f"{name}-left", key_type=str, value_type=dict, partitions=PARTITIONS["left"])
-    right = app.topic(f"{name}-right", key_type=str, value_type=dict, partitions=PARTITIONS["right"])
-    out = app.topic(f"{name}-joined", key_type=str, value_type=list, partitions=1)
-
-    def ids(a: Any, b: Any) -> list[Any]:
-        return [None if a is None else a["id"], None if b is None else b["id"]]
-
-    by_key = app.stream(right).map(lambda k, v: (v["k"], v))
-    app.stream(left).map(lambda k, v: (v["k"], v)).join(
-        by_key, ids, within=WITHIN_MS / 1000, grace=GRACE_MS / 1000, how=how
-    ).to(out)
-    return app
-
-
-async def preload(url: str, name: str, records: Inputs) -> None:
-    client = open_log_client(url)
-    await client.start()
-    try:
-        producer = client.producer()
-        await producer.start()
-        for side, parts in records.items():
-            topic = f"{name}-{side}"
-            await client.ensure_topic(topic, len(parts))
-            for p, part in enumerate(parts):
-                for i, key, ts in part:
-                    value = json.dumps({"id": i, "k": key}).encode()
-                    wait = producer.send_nowait(topic, p, f"s{i}".encode(), value, ts)
-                    if wait is not None:
-                        await wait
-        await producer.flush()
-        await producer.aclose()
-    finally:
-        await client.aclose()
-
-
-async def outputs(url: str, name: str, isolation_level: str = "read_uncommitted") -> tuple[Pairs, Late]:
-    client = open_log_client(url)
-    await client.start()
-    try:
-        pairs = [
-            (r.key.decode(), r.timestamp, *json.loads(r.value))
-            for r in await _read(client, f"{name}-joined", isolation_level)
-        ]
-        late = [
-            (json.loads(r.value)["id"], dict(r.headers)["streamkit.reason"].decode())
-            for r in await _read(client, f"{name}-late", isolation_level)
-        ]
-    finally:
-        await client.aclose()
-    return sorted(pairs, key=repr), sorted(late)
-
-
 N = 600  # per side
 
 
@@ -296,3 +200,39 @@ async def test_a_worker_stopped_in_the_middle_and_started_again_gives_the_same_a
             else:
                 await _settled(worker)
     assert await outputs(log_url, name, isolation) == want
+
+
+async def test_exactly_once_killed_in_the_middle_gives_the_same_answers(tmp_path: Path) -> None:
+    """A ``streamkit worker`` subprocess SIGKILLed after its first commits, then run to the
+    end: its open transactions are aborted, and the restart (a new nonce, nothing of its own in
+    flight) takes what the killed one committed from the log."""
+    url = f"file://{tmp_path / 'log'}"
+    records = inputs(N, seed=3)
+    want = expected(records, "outer")
+    await preload(url, "jk", records)  # the subprocess's app (``joins.app``)
+    env = {**os.environ, "JK_BROKER": url, "JK_GUARANTEE": "exactly_once", "PYTHONPATH": f"{HERE.parent.parent}"}
+    rng = random.Random()
+    for run in range(2):
+        seen: list[str] = []
+        proc = subprocess.Popen(
+            [STREAMKIT, "worker", "-A", "tests.runtime.joins:app", "--progress-interval", "0"],
+            env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            await wait_for_line(proc, r"assigned ", seen)
+            if run == 0:
+                await asyncio.sleep(rng.uniform(0.3, 0.8))
+                proc.send_signal(signal.SIGKILL)
+            else:
+                for _ in range(600):
+                    if await outputs(url, "jk", "read_committed") == want:
+                        break
+                    await asyncio.sleep(0.1)
+                proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        drain(proc, seen)
+    assert await outputs(url, "jk", "read_committed") == want
