@@ -41,6 +41,7 @@ import logging
 import os
 import struct
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -108,9 +109,18 @@ class MergePlan:
     aligner: Aligner
     stamps: Stamps
     writers: dict[str, frozenset[int]]
+    readers: weakref.WeakSet[InputMerge] = field(default_factory=weakref.WeakSet)  # for ``status``
 
     def rank(self, topic: str) -> int:
         return min(self.writers[topic])
+
+    def status(self) -> list[dict[str, Any]]:
+        """Each reader task merging these inputs: how often it waited, and whether it waits."""
+        return sorted(
+            ({"task": r.name, "waits": r.waits, "state": "waiting for its writers" if r.waiting else "running"}
+             for r in self.readers),
+            key=lambda found: str(found["task"]),
+        )
 
 
 def order_key(record: ConsumerRecord) -> int:
@@ -131,7 +141,8 @@ class InputMerge:
         self._inboxes = list(inboxes)
         self._ranks = [plan.rank(inbox.topic_name) for inbox in self._inboxes]
         self._writers = [plan.writers[inbox.topic_name] for inbox in self._inboxes]
-        self._name = name
+        self.name = name
+        plan.readers.add(self)
         self.poll_s = POLL_S
         self.waiting = False  # the last take found records it may not hand out yet
         self._waiting_since: float | None = None
@@ -207,7 +218,7 @@ class InputMerge:
         elif now - self._waiting_since >= LAGGING_HOLD_S:
             logger.warning(
                 "task %s waited %.0f s for an empty input its worker's tasks may still write; going on "
-                "without it (records sent under an aborted transaction never arrive)", self._name, LAGGING_HOLD_S,
+                "without it (records sent under an aborted transaction never arrive)", self.name, LAGGING_HOLD_S,
             )
             self._waiting_since = None
             return self._take_any()

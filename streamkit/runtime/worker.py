@@ -328,11 +328,19 @@ class Worker:
         return None if hw is None or position is None else max(0, hw - position)
 
     def alignment(self) -> list[dict[str, Any]]:
-        """Each aligned group: its tasks' stream times and states (``/status``)."""
+        """Each aligned group: its tasks' stream times and states, and the tasks merging what
+        they write (a join after a re-key: ``readers``) (``/status``)."""
         seen: dict[int, Aligner] = {}
         for aligner, _rank in self._aligners.values():
             seen.setdefault(id(aligner), aligner)
-        return [{"agents": a.name, **a.status()} for a in seen.values()]
+        out = []
+        for aligner in seen.values():
+            group: dict[str, Any] = {"agents": aligner.name, **aligner.status()}
+            joins = [r for plan in self._merges.values() if plan.aligner is aligner for r in plan.status()]
+            if joins:
+                group["readers"] = joins  # the tasks merging the group's outputs (``merge.py``)
+            out.append(group)
+        return out
 
     def _spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)

@@ -143,11 +143,16 @@ async def test_catching_up_on_history_gives_the_models_pairs_and_late_records(
     await preload(log_url, name, records)
     async with Worker(make_app(name, log_url, how), state_dir=_state(tmp_path, name)) as worker:
         await _settled(worker)
+        [group] = worker.alignment()
     got = await outputs(log_url, name)
     assert (len(got[0]), len(got[1])) == (len(want[0]), len(want[1]))
     assert got == want
     # The case is one where the order matters: pairs, and late records past the true 3%.
     assert len(want[0]) > 100 and len(want[1]) > 0.05 * 2 * N
+    # /status shows the five source tasks of both re-keys in one group, and the three join
+    # tasks merging what they write.
+    assert len(group["tasks"]) == sum(PARTITIONS.values())
+    assert [r["task"] for r in group["readers"]] == [f"{name}-joined[{p}]" for p in range(JOINED)], group
 
 
 async def test_the_model_differs_from_a_join_that_merges_by_timestamp_alone() -> None:
