@@ -9,16 +9,17 @@ stream time runs ahead on one side and records of the other turn late (issue 22)
 
 * each writer of a merged topic stamps what it sends with its key (header
   ``streamkit.order``: the key, 8 bytes big-endian, then the worker's nonce, 8 bytes) and
-  counts it per partition (``Stamps``);
+  notes the key per partition until the record reaches an inbox here (``Stamps``: the records
+  carrying this worker's nonce are counted as they are fetched);
 * the reader takes the record with the lowest ``(key, rank)`` among its inputs' next ones
   (``rank``: of the agent writing the input, the aligner's tie-break), as a heap merge would;
 * when an input is empty, its next record's key is not known: the reader goes on only with
-  records below what that input is **known complete** up to: the lowest key its writers in
-  this worker may still hand out (``Aligner.floor``: a writer's next record's key, or its
-  stream time while it is empty and not idle), provided every record they sent to it has
-  reached the reader's inbox (sent == arrived, counted by the nonce) and the log holds none
-  of it not fetched yet (lag 0: what an earlier run wrote). Else it waits, re-checking every
-  ``POLL_S`` (records reaching an inbox wake it at once).
+  records below what that input is **known complete** up to: the key of the first record sent
+  to it that has not arrived, else the lowest key its writers in this worker may still hand
+  out (``Aligner.floor``: a writer's next record's key, or its stream time while it is empty
+  and not idle). Until the input was once caught up (lag 0: every record an earlier run wrote
+  fetched) it is known complete up to nothing. Else the reader waits: records reaching an
+  inbox wake it; a writer's progress does not, so it looks again every ``POLL_S``.
 
 Kafka Streams' task merges its partitions by their head records' timestamps and, with one
 empty, waits for ``max.task.idle.ms`` (KIP-353/695): its answers then depend on fetch timing.
@@ -29,10 +30,11 @@ live run and a restart share, where the timestamps of two repartitioned inputs i
 according to how the writers happened to run.
 
 A writer that turned idle (``max_task_idle_ms``) holds the reader back no more than it holds
-the other writers; an input written by no task of this worker (the writers run elsewhere)
-waits only for its lag to be 0, as Kafka Streams does with ``max.task.idle.ms=0``. A reader
-that waited ``alignment.LAGGING_HOLD_S`` goes on (logged): records sent under an aborted
-transaction never arrive.
+the other writers. With an app's tasks spread over several workers, what another worker's
+writers send is not waited for once the input was caught up (the bound holds per worker, as
+the aligner's does). A reader that waited ``alignment.LAGGING_HOLD_S`` goes on (logged): what
+a task sent under a transaction that was aborted (a task lost in a rebalance, under
+exactly-once) never arrives, and stays in flight.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import os
 import struct
 import time
 import weakref
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,23 +67,40 @@ _pack_key = _KEY.pack
 _unpack_key = _KEY.unpack_from
 
 
+FLIGHT_RUNS = 10_000  # runs of keys kept per partition; past that, new sends join the last run
+
+
 @dataclass
 class Stamps:
     """One aligned group's order stamps: the worker's nonce, and per partition of a merged
-    topic the records its writers sent and the ones that reached an inbox here."""
+    topic the keys of the records its writers sent that have not reached an inbox here yet.
+
+    Those keys, in the order sent (a partition's keys never go down: the writers hand records
+    out in key order), are kept as runs ``[key, count]``. Past ``FLIGHT_RUNS`` runs (a reader far
+    behind its writers) a new send joins the last run under that run's key, which is no later
+    than its own: a reader then waits longer than it must, never less."""
 
     topics: set[str] = field(default_factory=set)
     nonce: bytes = field(default_factory=lambda: os.urandom(8))
-    sent: dict[tuple[str, int], int] = field(default_factory=dict)
-    arrived: dict[tuple[str, int], int] = field(default_factory=dict)
+    flight: dict[tuple[str, int], deque[list[int]]] = field(default_factory=dict)
     counted_to: dict[tuple[str, int], int] = field(default_factory=dict)  # offsets below were counted
 
     def header(self, key: int) -> tuple[tuple[str, bytes]]:
         return ((ORDER_HEADER, _pack_key(key) + self.nonce),)
 
+    def sending(self, where: tuple[str, int], key: int) -> None:
+        """A writer sends a record stamped ``key`` to partition ``where``."""
+        runs = self.flight.get(where)
+        if runs is None:
+            runs = self.flight[where] = deque()
+        if runs and (runs[-1][0] == key or len(runs) >= FLIGHT_RUNS):
+            runs[-1][1] += 1
+        else:
+            runs.append([key, 1])
+
     def count_arrivals(self, tp: TopicPartition, records: Sequence[ConsumerRecord]) -> None:
-        """Records fetched into an inbox of ``tp``: count this worker's (a record fetched
-        again, after a rebalance, counts once)."""
+        """Records fetched into an inbox of ``tp``: this worker's are no longer in flight (a
+        record fetched again, after a rebalance, counts once)."""
         where = (tp.topic, tp.partition)
         start = self.counted_to.get(where, -1)
         if records[-1].offset < start:
@@ -93,12 +113,20 @@ class Stamps:
                 value = headers[0][1]
                 if value is not None and value.endswith(nonce):
                     mine += 1
-        self.arrived[where] = self.arrived.get(where, 0) + mine
         self.counted_to[where] = records[-1].offset + 1
+        runs = self.flight.get(where)
+        while mine and runs:
+            run = runs[0]
+            if run[1] > mine:
+                run[1] -= mine
+                break
+            mine -= run[1]
+            runs.popleft()
 
-    def in_flight(self, tp: TopicPartition) -> int:
-        where = (tp.topic, tp.partition)
-        return self.sent.get(where, 0) - self.arrived.get(where, 0)
+    def first_in_flight(self, tp: TopicPartition) -> int | None:
+        """The key of the first record sent to ``tp`` that has not arrived (None: none)."""
+        runs = self.flight.get((tp.topic, tp.partition))
+        return runs[0][0] if runs else None
 
 
 @dataclass(frozen=True)
@@ -147,6 +175,7 @@ class InputMerge:
         self.waiting = False  # the last take found records it may not hand out yet
         self._waiting_since: float | None = None
         self.waits = 0
+        self._caught_up: set[int] = set()  # inputs whose lag was 0 since this task started
 
     def take(self) -> tuple[list[ConsumerRecord], list[Inbox]] | None:
         """The next records in the writers' order and their inboxes; None when there are none
@@ -200,15 +229,19 @@ class InputMerge:
 
     def _complete_to(self, k: int) -> int | None:
         """The key below which input ``k`` (empty now) will get no more records; None when
-        not known (records sent to it on their way, or the log holds some not fetched)."""
+        not known: the log held records of it not fetched (an earlier run's) when last asked."""
         plan = self._plan
         tp = self._inboxes[k].tp
-        if plan.stamps.in_flight(tp) > 0:
-            return None
-        lag = plan.aligner.lag_of(tp)
-        if lag is None or lag > 0:
-            return None
-        return plan.aligner.floor(self._writers[k])
+        if k not in self._caught_up:
+            # Once caught up (lag 0 after this task started), every record written before it
+            # started was fetched; what comes since is this worker's writers' (in flight).
+            lag = plan.aligner.lag_of(tp)
+            if lag is None or lag > 0:
+                return None
+            self._caught_up.add(k)
+        floor = plan.aligner.floor(self._writers[k])
+        first = plan.stamps.first_in_flight(tp)
+        return floor if first is None or floor < first else first
 
     def _wait(self) -> tuple[list[ConsumerRecord], list[Inbox]] | None:
         now = time.monotonic()
@@ -218,7 +251,7 @@ class InputMerge:
         elif now - self._waiting_since >= LAGGING_HOLD_S:
             logger.warning(
                 "task %s waited %.0f s for an empty input its worker's tasks may still write; going on "
-                "without it (records sent under an aborted transaction never arrive)", self.name, LAGGING_HOLD_S,
+                "without it", self.name, LAGGING_HOLD_S,
             )
             self._waiting_since = None
             return self._take_any()
@@ -245,7 +278,7 @@ def stamped_forwarder(
     get_event = current_event.get
     check = sink.value_check
     members = aligner.by_order
-    sent = stamps.sent
+    sending = stamps.sending
     send = sender.send_nowait
     name = sink.name
 
@@ -267,8 +300,7 @@ def stamped_forwarder(
         member = members.get((rank, event.partition))
         stream_time = None if member is None else member.stream_time
         key = event.timestamp if stream_time is None else stream_time
-        where = (name, partition)
-        sent[where] = sent.get(where, 0) + 1
+        sending((name, partition), key)
         return send(sink, event.key, value, event.timestamp, partition, stamps.header(key))
 
     return forward

@@ -95,7 +95,7 @@ def test_the_merge_takes_the_writers_order_whenever_their_records_arrive(writers
         member.stream_time = key
         at[w] += 1
         side = w % 2
-        stamps.sent[("LR"[side], 0)] = stamps.sent.get(("LR"[side], 0), 0) + 1
+        stamps.sending(("LR"[side], 0), key)
         pending[side].append(LogRecord(offsets[side], ts, str(w).encode(), None, stamps.header(key)))
         offsets[side] += 1
 
