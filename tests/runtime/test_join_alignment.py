@@ -39,6 +39,7 @@ from streamkit.runtime.alignment import Aligner
 from streamkit.runtime.inbox import Inbox
 from streamkit.runtime.merge import InputMerge, MergePlan, Stamps
 from tests.runtime.joins import (
+    BASE,
     GRACE_MS,
     JOINED,
     PARTITIONS,
@@ -241,3 +242,27 @@ async def test_exactly_once_killed_in_the_middle_gives_the_same_answers(tmp_path
                 proc.wait()
         drain(proc, seen)
     assert await outputs(url, "jk", "read_committed") == want
+
+
+async def test_silent_partitions_do_not_hold_a_live_join_back(tmp_path: Path) -> None:
+    """With the default ``max_task_idle_ms=0``, source partitions with nothing to say (here four
+    of five) are idle at once: the join task does not wait for them, and pairs a left and a
+    right record as they come, well before the poll and fetch timeouts add up to seconds."""
+    url = f"file://{tmp_path / 'log'}"
+    name = "jsilent"
+    app = make_app(name, url, "inner")
+    left, right = app.topics[f"{name}-left"], app.topics[f"{name}-right"]
+    loop = asyncio.get_running_loop()
+    async with Worker(app, state_dir=_state(tmp_path, name)) as worker:
+        await _settled(worker)
+        for i in range(3):
+            ts = BASE + 10_000 * i
+            started = loop.time()
+            await (await left.send(key=f"s{2 * i}", value={"id": 2 * i, "k": "k1"}, partition=0, timestamp=ts))
+            await (await right.send(key=f"s{2 * i + 1}", value={"id": 2 * i + 1, "k": "k1"}, partition=0, timestamp=ts))
+            while len((await outputs(url, name))[0]) < i + 1:
+                assert loop.time() - started < 2.0, f"pair {i} not joined within 2 s"
+                await asyncio.sleep(0.01)
+    pairs, late = await outputs(url, name)
+    assert [(key, left_id, right_id) for key, _ts, left_id, right_id in pairs] == [("k1", 0, 1), ("k1", 2, 3), ("k1", 4, 5)]
+    assert late == []
