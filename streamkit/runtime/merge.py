@@ -65,8 +65,6 @@ POLL_S = 0.002  # how often a waiting reader looks at its writers again
 _KEY = struct.Struct(">q")
 _pack_key = _KEY.pack
 _unpack_key = _KEY.unpack_from
-
-
 FLIGHT_RUNS = 10_000  # runs of keys kept per partition; past that, new sends join the last run
 
 
