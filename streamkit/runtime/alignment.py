@@ -34,6 +34,10 @@ Members wait on their task's wake-up event: the member that holds another back w
 it stops (it waits itself, or runs out of records), and a timer wakes the members held back
 by an empty one when it turns idle. Only the members a task's first instance reads align
 (an agent with ``concurrency`` > 1 has no order to keep).
+
+A task reading several topics the group writes (the join task after a re-key) takes their
+records in the order the members handed them out, waiting for an input they may still write
+(``merge.py``; ``floor`` is what it asks here).
 """
 
 from __future__ import annotations
