@@ -273,13 +273,20 @@ def count_app(app_id: str, url: str, in_topic: str, out_topic: str, size_s: floa
     return app
 
 
-def join_app(app_id: str, url: str, left: str, right: str, out_topic: str, within_s: float, grace_s: float) -> sk.App:
-    app = sk.App(app_id, broker=url)
+def join_app(app_id: str, url: str, left: str, right: str, out_topic: str, within_s: float, grace_s: float,
+             rekey: bool = False, drift_ms: int | None = 0) -> sk.App:
+    """The join; with ``rekey`` both sides go through a ``map`` (keeping the key), so each is
+    written to a repartition topic by aligned tasks and the join task merges the two in their
+    order (``runtime/merge.py``); ``drift_ms`` is ``max_task_drift_ms`` (None: alignment off)."""
+    app = sk.App(app_id, broker=url, max_task_drift_ms=drift_ms)
     lefts = app.topic(left, key_type=str, value_type=str, partitions=PARTITIONS)
     rights = app.topic(right, key_type=str, value_type=str, partitions=PARTITIONS)
     out = app.topic(out_topic, key_type=str, value_type=str, partitions=PARTITIONS)
-    joined = app.stream(lefts).join(
-        app.stream(rights), lambda lv, rv: f"{lv}|{rv}", within=within_s, grace=grace_s, how="inner",
+    left_stream, right_stream = app.stream(lefts), app.stream(rights)
+    if rekey:
+        left_stream, right_stream = left_stream.map(lambda k, v: (k, v)), right_stream.map(lambda k, v: (k, v))
+    joined = left_stream.join(
+        right_stream, lambda lv, rv: f"{lv}|{rv}", within=within_s, grace=grace_s, how="inner",
     )
     joined.to(out)
     return app
@@ -616,6 +623,10 @@ def main() -> None:
     parser.add_argument("--within-s", type=float, default=1.0, help="the join's window (each way)")
     parser.add_argument("--join-grace-s", type=float, default=None,
                         help="how long the join keeps records (default: the input's whole span)")
+    parser.add_argument("--join-rekey", action="store_true",
+                        help="join-streamkit re-keys both sides first (repartition topics, the join task merging them)")
+    parser.add_argument("--join-drift", default="0",
+                        help="join-streamkit's max_task_drift_ms ('off': alignment off)")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each variant (the median is reported)")
     parser.add_argument("--faust-events", type=int, default=200_000,
                         help="page views for faust (it is a rate, and faust is slow)")
@@ -634,6 +645,8 @@ def main() -> None:
     for name in ("events", "join_events", "keys", "step_ms", "repeat", "faust_events", "faust_repeat"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.join_drift != "off" and not args.join_drift.isdigit():
+        parser.error(f"--join-drift is a whole number of ms or 'off', not {args.join_drift!r}")
     size_ms, within_ms = round(args.window_s * 1000), round(args.within_s * 1000)
     if size_ms < 1 or within_ms < 0:
         parser.error("--window-s must be positive and --within-s not negative")
@@ -702,7 +715,9 @@ async def one_run(variant: str, tag: str, out_topic: str, s: Settings, broker: B
         with profiled(args.profile, tag, args.profile_dir, 30, "window"):
             return await run_streamkit(variant, app, ["views"], s.events, broker, state_dir)
     if variant == "join-streamkit":
-        app = join_app(app_id, broker.url, "left", "right", out_topic, s.within_ms / 1000, s.grace_ms / 1000)
+        drift = None if args.join_drift == "off" else int(args.join_drift)
+        app = join_app(app_id, broker.url, "left", "right", out_topic, s.within_ms / 1000, s.grace_ms / 1000,
+                       args.join_rekey, drift)
         with profiled(args.profile, tag, args.profile_dir, 30, "window"):
             return await run_streamkit(variant, app, ["left", "right"], 2 * s.join_events, broker, state_dir)
     if variant == "count-raw":

@@ -34,6 +34,10 @@ Members wait on their task's wake-up event: the member that holds another back w
 it stops (it waits itself, or runs out of records), and a timer wakes the members held back
 by an empty one when it turns idle. Only the members a task's first instance reads align
 (an agent with ``concurrency`` > 1 has no order to keep).
+
+A task reading several topics the group writes (the join task after a re-key) takes their
+records in the order the members handed them out, waiting for an input they may still write
+(``merge.py``; ``floor`` is what it asks here).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Container, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from streamkit._core.types import TopicPartition
@@ -148,6 +152,7 @@ class Aligner:
         self.idle_ms = idle_ms
         self._now_ms = now_ms
         self.members: list[Member] = []
+        self.by_order: dict[tuple[int, int], Member] = {}  # (rank, partition) -> its member
         self.epoch = 0  # bumped when a limit may go down: a member joins or stops being idle
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: int | None = None
@@ -158,12 +163,15 @@ class Aligner:
         member.empty_since = self._now_ms()
         self.members.append(member)
         self.members.sort(key=lambda m: m.order)
+        self.by_order[order] = member
         self.epoch += 1
         return member
 
     def leave(self, member: Member) -> None:
         if member in self.members:
             self.members.remove(member)
+            if self.by_order.get(member.order) is member:
+                del self.by_order[member.order]
             member.source = None
             self._wake_held_by(member)
 
@@ -230,29 +238,9 @@ class Aligner:
         for other in self.members:
             if other is member:
                 continue
-            key = other.next_key()
-            if key is not None:
-                if other.empty_since is not None:
-                    self._has_records(other)
-                bound = key
-            else:
-                if other.empty_since is None:
-                    other.empty_since = now
-                if other.idle:
-                    continue
-                lagging = self._lagging(other)
-                hold_ms = int(LAGGING_HOLD_S * 1000) if lagging else self.idle_ms
-                if now - other.empty_since >= hold_ms:
-                    other.idle = True
-                    why = (
-                        f"the log holds more of its input but nothing reached it for {hold_ms} ms"
-                        if lagging
-                        else f"it is caught up and had nothing to process for {hold_ms} ms (max_task_idle_ms)"
-                    )
-                    self._log(other, f"is idle: {why}; it no longer holds back the tasks aligned with it")
-                    continue
-                self._wake_at(other.empty_since + hold_ms)
-                bound = _NEVER if other.stream_time is None else other.stream_time
+            bound = self._bound(other, now)
+            if bound is None:
+                continue
             if drift > 0:
                 bound += drift
             elif member.order > other.order:
@@ -260,6 +248,49 @@ class Aligner:
             if limit is None or bound < limit:
                 limit, blocker = bound, other
         return (2**62 if limit is None else limit), blocker
+
+    def floor(self, ranks: Container[int]) -> int:
+        """The smallest key the members of the agents ranked ``ranks`` may still hand out
+        (``2**62``: none holds anything back): what a reader of their outputs may rely on
+        (``merge.py``). Turns empty members idle as ``admit`` does."""
+        now = self._now_ms()
+        low = 2**62
+        for other in self.members:
+            if other.order[0] in ranks:
+                bound = self._bound(other, now)
+                if bound is not None and bound < low:
+                    low = bound
+        return low
+
+    def _bound(self, other: Member, now: int) -> int | None:
+        """The smallest key ``other`` may still hand out (None: it is idle, it holds nobody
+        back): its next record's key, else (empty) its stream time until it turns idle."""
+        key = other.next_key()
+        if key is not None:
+            if other.empty_since is not None:
+                self._has_records(other)
+            return key
+        if other.empty_since is None:
+            other.empty_since = now
+        if other.idle:
+            return None
+        lagging = self._lagging(other)
+        hold_ms = int(LAGGING_HOLD_S * 1000) if lagging else self.idle_ms
+        if now - other.empty_since >= hold_ms:
+            other.idle = True
+            why = (
+                f"the log holds more of its input but nothing reached it for {hold_ms} ms"
+                if lagging
+                else f"it is caught up and had nothing to process for {hold_ms} ms (max_task_idle_ms)"
+            )
+            self._log(other, f"is idle: {why}; it no longer holds back the tasks aligned with it")
+            return None
+        self._wake_at(other.empty_since + hold_ms)
+        return _NEVER if other.stream_time is None else other.stream_time
+
+    def lag_of(self, tp: TopicPartition) -> int | None:
+        """Records of ``tp`` in the log past the fetch position (None: not known yet)."""
+        return self._lag_of(tp)
 
     def _lagging(self, member: Member) -> bool:
         """Does the log hold records of ``member``'s inputs not fetched yet (or not say)?"""

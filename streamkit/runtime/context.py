@@ -20,6 +20,7 @@ from streamkit._core.types import TopicPartition
 from streamkit.agents.agent import Agent
 from streamkit.runtime.alignment import Aligner
 from streamkit.runtime.inbox import Gate
+from streamkit.runtime.merge import MergePlan
 from streamkit.runtime.outputs import Forward
 from streamkit.runtime.sender import RuntimeSender
 from streamkit.topics.topic import Topic
@@ -57,3 +58,6 @@ class TaskContext:
     aligner_for: Callable[[Agent], tuple[Aligner, int] | None]
     """The aligner pacing ``agent``'s tasks and the agent's rank in its group (tasks of
     several agents tie by rank, then partition), or None (``alignment.py``)."""
+    merge_for: Callable[[Agent], MergePlan | None]
+    """How ``agent`` merges inputs written by aligned tasks of this worker (a join after a
+    re-key), or None (``merge.py``)."""

@@ -33,6 +33,7 @@ from streamkit.transport.base import ConsumerRecord
 if TYPE_CHECKING:
     from streamkit.agents.stream import Stream
     from streamkit.runtime.alignment import Aligner, Member
+    from streamkit.runtime.merge import InputMerge
 
 # An agent with records waiting runs without suspending; every CHECK_EVERY records its source
 # looks at the clock and lets the event loop turn once it has held it for YIELD_AFTER_S.
@@ -86,6 +87,8 @@ class Inbox:
         self.high_water = high_water
         self.on_low: Callable[[TopicPartition], None] | None = None
         self.paused = False
+        # Records fetched into it, counted by an aligned group's order stamps (``merge.py``).
+        self.on_put: Callable[[TopicPartition, Sequence[ConsumerRecord]], None] | None = None
 
     def put(self, records: Sequence[ConsumerRecord]) -> None:
         if not records:
@@ -94,6 +97,8 @@ class Inbox:
             self.handed_next = records[0].offset
         self._batches.append(records)
         self.size += len(records)
+        if self.on_put is not None:
+            self.on_put(self.tp, records)
         self._wakeup.set()
 
     def head_timestamp(self) -> int | None:
@@ -194,6 +199,9 @@ class RootSource:
         # Event-time alignment with other tasks (``alignment.py``): None when not aligned.
         self._aligner: Aligner | None = None
         self._member: Member | None = None
+        # The merge of inputs written by aligned tasks of this worker (``merge.py``): None
+        # when the inputs merge by their records' timestamps.
+        self._merge: InputMerge | None = None
         for inbox in self._inboxes:
             inbox.readers.append(self)
 
@@ -202,6 +210,10 @@ class RootSource:
         self._aligner = aligner
         self._member = member
         member.source = self
+
+    def merge(self, merge: InputMerge) -> None:
+        """Take records in the order ``merge`` gives (``merge.py``)."""
+        self._merge = merge
 
     def next_chunk_timestamp(self) -> int | None:
         """The timestamp of the next record of the chunk in hand (None: none is left)."""
@@ -267,6 +279,15 @@ class RootSource:
         inboxes = self._inboxes
         n = len(inboxes)
         self._chunk_inboxes = None
+        merge = self._merge
+        if merge is not None:
+            got = merge.take()
+            if got is None:
+                return False
+            self._chunk, self._chunk_inboxes = got
+            self._chunk_at = 0
+            self._chunk_inbox = None
+            return True
         if n > 1:
             if self._merge_chunk():
                 return True
@@ -445,17 +466,24 @@ class RootSource:
                 return event
             if self._undecodable is not None or self._countdown <= 0:
                 continue
+            # A merge holding records back looks again shortly: what it waits for (another
+            # task's progress) sets no wake-up.
+            poll_s = self._merge.poll_s if self._merge is not None and self._merge.waiting else None
             if timeout is None:
-                await self._wakeup.wait()
-                continue
-            now_ms = self.clock.monotonic_ms()
-            if deadline_ms is None:
-                deadline_ms = now_ms + int(timeout * 1000)
-            remaining_ms = deadline_ms - now_ms
-            if remaining_ms <= 0:
-                return None
+                if poll_s is None:
+                    await self._wakeup.wait()
+                    continue
+                remaining_s = poll_s
+            else:
+                now_ms = self.clock.monotonic_ms()
+                if deadline_ms is None:
+                    deadline_ms = now_ms + int(timeout * 1000)
+                remaining_ms = deadline_ms - now_ms
+                if remaining_ms <= 0:
+                    return None
+                remaining_s = remaining_ms / 1000 if poll_s is None else min(poll_s, remaining_ms / 1000)
             try:
-                await asyncio.wait_for(self._wakeup.wait(), remaining_ms / 1000)
+                await asyncio.wait_for(self._wakeup.wait(), remaining_s)
             except TimeoutError:
                 pass  # look at the clock again
 

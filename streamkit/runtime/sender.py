@@ -142,6 +142,17 @@ class RuntimeSender:
             name, partition, key_bytes, topic.value_serde.dumps(value), timestamp_ms, headers
         )
 
+    def place(self, topic: Topic, key: Any) -> int | None:
+        """The partition ``send_nowait`` would give a record keyed ``key`` (None: the topic's
+        partition count is not known yet)."""
+        name = topic.name
+        placed = self._placed.get(name)
+        if placed is None:
+            return None
+        key_bytes = topic.key_serde.dumps(key)
+        partition = placed.get(key_bytes) if key_bytes is not None else None
+        return self._choose(name, key_bytes, self._counts[name]) if partition is None else partition
+
     async def _send_later(
         self, topic: Topic, key: Any, value: Any, timestamp_ms: int, partition: int | None, headers: Sequence[Header]
     ) -> None:

@@ -41,6 +41,7 @@ from streamkit.agents.stream import KeyFn, PartitionSet, Source, Stream, StreamE
 from streamkit.runtime.alignment import Aligner, Member
 from streamkit.runtime.context import TaskContext
 from streamkit.runtime.inbox import Inbox, RootSource, current_event
+from streamkit.runtime.merge import InputMerge
 from streamkit.runtime.transactions import in_task
 from streamkit.topics.topic import Topic
 from streamkit.transport.base import ConsumerRecord
@@ -98,6 +99,9 @@ class PartitionTask:
     def add_inbox(self, tp: TopicPartition, topic: Topic) -> Inbox:
         inbox = Inbox(tp, topic, self.wakeup)
         self.inboxes[tp] = inbox
+        plan = self.context.merge_for(self.agent) if self.agent.concurrency == 1 else None
+        if plan is not None and tp.topic in plan.writers:
+            inbox.on_put = plan.stamps.count_arrivals  # from its first fetch on
         return inbox
 
     def start(self) -> None:
@@ -269,6 +273,10 @@ class PartitionTask:
         source = self._source(instance, input_tps)
         if instance == 0 and self.member is not None and self._aligner is not None:
             source.align(self._aligner, self.member)
+        plan = self.context.merge_for(agent) if agent.concurrency == 1 else None
+        if plan is not None:
+            merged = [self.inboxes[tp] for tp in input_tps if tp in self.inboxes]
+            source.merge(InputMerge(plan, merged, f"{agent.name}[{self.partition}]"))
         partitions = PartitionSet(tp for tp in input_tps if tp in self.inboxes)
         while not self._stopping:
             self._hop_cursor[instance] = 0

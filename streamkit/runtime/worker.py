@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from streamkit._core.clock import SYSTEM_CLOCK, Clock
@@ -52,6 +52,7 @@ from streamkit.runtime.commits import Committer
 from streamkit.runtime.context import TaskContext
 from streamkit.runtime.fetcher import Fetcher
 from streamkit.runtime.inbox import Inbox
+from streamkit.runtime.merge import MergePlan, Stamps, stamped_forwarder
 from streamkit.runtime.outputs import Forward, forwarder
 from streamkit.runtime.rebalance import Rebalancer, TablesFollowPartitions, TaskControl
 from streamkit.runtime.replies import ReplyConsumer
@@ -157,9 +158,13 @@ class Worker:
             hop_topic=self.topology.hop_topic,
             partition_count_of=self.topology.partition_count_of,
             aligner_for=lambda agent: self._aligners.get(agent.name),
+            merge_for=lambda agent: self._merges.get(agent.name),
         )
-        # Event-time alignment (``alignment.py``): agent name -> its group's aligner and rank.
+        # Event-time alignment (``alignment.py``): agent name -> its group's aligner and rank;
+        # the readers merging inputs that aligned tasks write, and those writers (``merge.py``).
         self._aligners: dict[str, tuple[Aligner, int]] = {}
+        self._merges: dict[str, MergePlan] = {}
+        self._stamped: dict[str, Stamps] = {}
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
         self._fetcher: Fetcher | None = None
@@ -283,6 +288,32 @@ class Worker:
             )
             for rank, agent in enumerate(group):
                 self._aligners[agent.name] = (aligner, rank)
+        self._merge_inputs(agents, reads, writes)
+
+    def _merge_inputs(
+        self, agents: list[Agent], reads: Callable[[Agent], set[str]], writes: Callable[[Agent], set[str]]
+    ) -> None:
+        """A reader of several topics that aligned writers of one group write (a join after a
+        re-key) takes their records in the writers' order (``merge.py``)."""
+        stamps: dict[int, Stamps] = {}
+        aligned = [a for a in agents if a.name in self._aligners and a.concurrency == 1]
+        for reader in agents:
+            inputs = reads(reader)
+            if len(inputs) < 2 or reader.concurrency != 1:
+                continue
+            found = {topic: [a for a in aligned if topic in writes(a)] for topic in sorted(inputs)}
+            groups = {id(self._aligners[a.name][0]) for found_writers in found.values() for a in found_writers}
+            if any(not found_writers for found_writers in found.values()) or len(groups) != 1:
+                continue
+            aligner = self._aligners[next(iter(found.values()))[0].name][0]
+            group_stamps = stamps.setdefault(id(aligner), Stamps())
+            group_stamps.topics.update(inputs)
+            self._merges[reader.name] = MergePlan(
+                aligner, group_stamps, {t: frozenset(self._aligners[a.name][1] for a in ws) for t, ws in found.items()}
+            )
+            for found_writers in found.values():
+                for writer in found_writers:
+                    self._stamped[writer.name] = group_stamps
 
     async def _flush_task_producer(self, member: Member) -> None:
         """Exactly-once: what an aligned task sent goes to the log before another task sends."""
@@ -299,11 +330,19 @@ class Worker:
         return None if hw is None or position is None else max(0, hw - position)
 
     def alignment(self) -> list[dict[str, Any]]:
-        """Each aligned group: its tasks' stream times and states (``/status``)."""
+        """Each aligned group: its tasks' stream times and states, and the tasks merging what
+        they write (a join after a re-key: ``readers``) (``/status``)."""
         seen: dict[int, Aligner] = {}
         for aligner, _rank in self._aligners.values():
             seen.setdefault(id(aligner), aligner)
-        return [{"agents": a.name, **a.status()} for a in seen.values()]
+        out = []
+        for aligner in seen.values():
+            group: dict[str, Any] = {"agents": aligner.name, **aligner.status()}
+            joins = [r for plan in self._merges.values() if plan.aligner is aligner for r in plan.status()]
+            if joins:
+                group["readers"] = joins  # the tasks merging the group's outputs (``merge.py``)
+            out.append(group)
+        return out
 
     def _spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
@@ -413,8 +452,15 @@ class Worker:
     # -- outputs ---------------------------------------------------------------------------
 
     def forwarder(self, agent: Agent) -> Forward:
-        """What sends each value ``agent`` yields to its sinks (``outputs.py``)."""
-        return forwarder(self.app, agent, self.topology.topic_sinks.get(agent.name), self._sender)
+        """What sends each value ``agent`` yields to its sinks (``outputs.py``); an aligned
+        writer of a merged topic stamps its records (``merge.py``)."""
+        sinks = self.topology.topic_sinks.get(agent.name)
+        stamps = self._stamped.get(agent.name)
+        if stamps is not None and sinks is not None and len(sinks) == 1 and sinks[0].name in stamps.topics:
+            aligner, rank = self._aligners[agent.name]
+            if self._sender is not None:
+                return stamped_forwarder(self.app, agent, sinks[0], self._sender, aligner, rank, stamps)
+        return forwarder(self.app, agent, sinks, self._sender)
 
     async def reply(self, key: Any, value: Any, reply_to: str, correlation_id: str) -> None:
         """Answer an RPC request: ``value`` to ``reply_to`` (``replies.py``); the commit of the
