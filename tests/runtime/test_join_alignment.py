@@ -150,8 +150,10 @@ async def test_catching_up_on_history_gives_the_models_pairs_and_late_records(
     got = await outputs(log_url, name)
     assert (len(got[0]), len(got[1])) == (len(want[0]), len(want[1]))
     assert got == want
-    # The case is one where the order matters: pairs, and late records past the true 3%.
-    assert len(want[0]) > 100 and len(want[1]) > 0.05 * 2 * N
+    # The case has pairs to get right; that their order matters is the next test's point (a
+    # join that merges by timestamp alone answers differently). Late records are few since
+    # joins follow Kafka Streams 4.4 (a record pairs with whatever the other side still keeps).
+    assert len(want[0]) > 100
     # /status shows the five source tasks of both re-keys in one group, and the three join
     # tasks merging what they write.
     assert len(group["tasks"]) == sum(PARTITIONS.values())
