@@ -113,7 +113,8 @@ def _windowed_agent(table: WindowedTable, run: Callable[[Any, Any], Pairs]) -> C
                 emitted = table.emitted_topic
                 for window in step.emitted if emitted is not None else ():
                     await emitted.send(
-                        key=key_loads(window.key), value=window_body(window.start_ms, window.end_ms, window.value)
+                        key=key_loads(window.key), value=window_body(window.start_ms, window.end_ms, window.value),
+                        timestamp=window.ts_ms,
                     )
                 late = step.late
                 if late is not None:

@@ -91,6 +91,7 @@ from streamkit.spark.executors import (
     place_outputs,
     plain_rows,
     read_source,
+    sent_at,
     stream_times_before,
     window_rows,
 )
@@ -297,9 +298,11 @@ def _backfill_one(
         topic, readers = stream
         if plan.emitted:  # the windows each table partition's task emitted, in its order
             tasks: dict[int, list[Sent]] = {}
-            for _kind, p, key, value, ts, _headers in (r for r in out if r[0] == EMITTED):
+            times: dict[int, list[int]] = {}  # the task's stream time at each (executors.SENT_AT)
+            for _kind, p, key, value, ts, headers in (r for r in out if r[0] == EMITTED):
                 tasks.setdefault(p or 0, []).append((key, value, ts))
-            by_partition = publish(app, topic, [tasks[p] for p in sorted(tasks)])
+                times.setdefault(p or 0, []).append(sent_at(headers))
+            by_partition = publish(app, topic, [tasks[p] for p in sorted(tasks)], [times[p] for p in sorted(tasks)])
             streamed[topic.name] = sum(len(sent) for sent in by_partition)
         else:  # the changelog's new records: each partition's, in the order appended
             by_partition = [[(k, v, ts) for _kind, q, k, v, ts, _h in appended if q == p] for p in range(table_partitions)]

@@ -24,7 +24,7 @@ from streamkit.spark.logs import open_source_log
 from streamkit.spark.options import OffsetRange
 from streamkit.spark.planning import load_app, plan_of
 from streamkit.windows.aggregate import WindowAggregator
-from streamkit.windows.keys import decode_window_key
+from streamkit.windows.keys import decode_ms, decode_window_key, encode_ms
 from streamkit.windows.records import late_headers, window_body
 from streamkit.windows.store import SortedMemoryStore
 from streamkit.windows.wtable import WindowedTable
@@ -42,6 +42,13 @@ Row = tuple[str, int | None, bytes | None, bytes | None, int, list[tuple[str, by
 
 
 CHANGELOG, LATE, OUTPUT, EMITTED = "changelog", "late", "output", "emitted"
+SENT_AT = "streamkit.sent_at"  # an EMITTED row's only header: its task's stream time (keys.encode_ms)
+
+
+def sent_at(headers: list[tuple[str, bytes]] | None) -> int:
+    """The stream time of the task that emitted an EMITTED row (its ``SENT_AT`` header)."""
+    assert headers is not None and headers[0][0] == SENT_AT, headers
+    return decode_ms(headers[0][1])
 
 
 _SEEN_KEYS = 100_000  # repartition keys remembered per task (their decoded form and partition)
@@ -497,10 +504,13 @@ def window_rows(plan: TaskPlan, items: Iterator[tuple[int, Placed]]) -> Iterator
         for _p, _now, _source, _offset, ts, key, value in _merged(records):
             store.now = ts
             step = driver.process(key_dumps(key) or b"", ts, (key, value))
-            if emitted:  # as the worker sends them: in the order emitted, stamped with the record's time
+            if emitted:  # as the worker sends them: in the order emitted, stamped as each window
+                # is (its latest record's timestamp); the task's stream time when it sent
+                # them rides in the header slot (SENT_AT), for the order of the topic's writers.
+                sent_at = [(SENT_AT, encode_ms(driver.stream_time.ms))]
                 for window in step.emitted:
                     body = _JSON.dumps(window_body(window.start_ms, window.end_ms, window.value))
-                    yield (EMITTED, partition, window.key, body, ts, None)
+                    yield (EMITTED, partition, window.key, body, ts if window.ts_ms is None else window.ts_ms, sent_at)
             late = step.late
             if late is not None:
                 headers = late_headers(table.name, late.reason, late.ts_ms, late.stream_time_ms)

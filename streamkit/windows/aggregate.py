@@ -51,9 +51,9 @@ whose windows are closed goes to the open ones; the late counter counts it
 >>> count = Aggregation(lambda: 0, lambda n, _v: n + 1, lambda n: str(n).encode(), int)
 >>> agg = WindowAggregator(Tumbling(10), count, emit="close")
 >>> [agg.process(b"k", ts, None).emitted for ts in (1_000, 4_000, 12_000)]
-[[], [], [WindowResult(key=b'k', start_ms=0, end_ms=10000, value=2)]]
+[[], [], [WindowResult(key=b'k', start_ms=0, end_ms=10000, value=2, ts_ms=4000)]]
 >>> agg.process(b"k", 25_000, None).emitted
-[WindowResult(key=b'k', start_ms=10000, end_ms=20000, value=1)]
+[WindowResult(key=b'k', start_ms=10000, end_ms=20000, value=1, ts_ms=12000)]
 >>> agg.process(b"k", 5_000, None).late.reason
 'window-closed'
 """
@@ -111,12 +111,20 @@ class Aggregation(Generic[V, A]):
 
 @dataclass(frozen=True)
 class WindowResult(Generic[A]):
-    """A window's aggregate as emitted (``value`` None: the session was merged away)."""
+    """A window's aggregate as emitted (``value`` None: the session was merged away).
+
+    ``ts_ms`` is the timestamp its record carries, as Kafka Streams stamps a windowed
+    aggregation's result: the largest timestamp of the records in the window
+    (``KStreamWindowAggregate``: the max of the record's and the stored aggregate's; a
+    session's end, ``KStreamSessionWindowAggregate``, which is the same), also when it is
+    emitted on close (``suppress`` keeps the buffered record's timestamp) and for the tombstone
+    of a merged session (that session's own end). None where no window was read."""
 
     key: bytes
     start_ms: int
     end_ms: int
     value: A | None
+    ts_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -355,7 +363,7 @@ class WindowAggregator(Generic[V, A]):
             # session merged, the one the record falls in included, unless the record alone
             # makes the merged session (KStreamSessionWindowAggregate.process).
             if (merge.start_ms, merge.end_ms) != (ts, ts) and self.emit == "update":
-                step.emitted.append(WindowResult(key, start, end, None))
+                step.emitted.append(WindowResult(key, start, end, None, window.max_ts))
         agg = self.aggregation.adder(agg, value)
         self._index(key, merge.start_ms, merge.end_ms)
         self._put(key, _Window(merge.start_ms, merge.end_ms, max_ts, agg), step)
@@ -446,7 +454,7 @@ class WindowAggregator(Generic[V, A]):
                     key, start, end = decode_window_key(index_key[9:])
                     window = self._get(key, start, end)
                     if window is not None:
-                        step.emitted.append(WindowResult(key, start, end, window.value))
+                        step.emitted.append(WindowResult(key, start, end, window.value, window.max_ts))
             self._emitted_until = bound
             self._emitted_stamp = now
             if not self._progress_deferred:
@@ -513,12 +521,12 @@ class WindowAggregator(Generic[V, A]):
         raw = _MAX_TS.pack(window.max_ts) + self.aggregation.serialize(window.value)
         self.store.put(_DATA + (window_key or encode_window_key(key, window.start, window.end)), raw)
         if self.emit == "update":
-            step.emitted.append(WindowResult(key, window.start, window.end, window.value))
+            step.emitted.append(WindowResult(key, window.start, window.end, window.value, window.max_ts))
         elif self.emit == "close":
             # Written after it closed: the suppression buffer emits it again at once, before
             # the windows closing now (they end later).
             if window.end < self._emitted_until:
-                step.emitted.append(WindowResult(key, window.start, window.end, window.value))
+                step.emitted.append(WindowResult(key, window.start, window.end, window.value, window.max_ts))
             if self._scan_pending:
                 self._scan_pending = False
                 self._close(step)

@@ -311,8 +311,6 @@ FAMILIES: list[Any] = [
 # minimal case in the issue's report). strict=False: a family that agrees passes.
 _STAMP = ("an update is stamped with its record's timestamp, where Kafka Streams stamps the max of "
           "the timestamps behind the result (the aggregate's or the row's previous one, both join sides)")
-_CLOSE_STAMP = ("a window emitted on close is stamped with the stream time that closed it, where Kafka "
-                "Streams stamps the window's own (its latest record's) timestamp")
 KNOWN: dict[tuple[str, str], str] = {
     ("aggregations-with-null-values", "values"): (
         "null values: Kafka Streams' stream aggregations skip them (dropped-records-total), streamkit folds "
@@ -323,12 +321,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("aggregations", "timestamps"): _STAMP,
     ("aggregations-with-null-values", "timestamps"): _STAMP,
     ("aggregations-fanned-out", "timestamps"): _STAMP,
-    ("tumbling", "timestamps"): f"{_STAMP}; {_CLOSE_STAMP}",
-    ("hopping", "timestamps"): f"{_STAMP}; {_CLOSE_STAMP}",
-    ("sliding", "timestamps"): f"{_STAMP}; {_CLOSE_STAMP}",
-    ("session", "timestamps"): (
-        f"{_CLOSE_STAMP}; the tombstone of a merged session is stamped with its own end in Kafka Streams, "
-        "with the merging record's timestamp in streamkit"),
     ("table-table-inner", "values"): (
         "Kafka Streams forwards a table-table result even when it does not change (a tombstone for a key the "
         "result never held, the same row again); streamkit forwards changes only"),

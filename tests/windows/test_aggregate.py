@@ -57,11 +57,12 @@ def test_kafka_streams_session_example_merges_two_sessions() -> None:
     assert table(list(agg.windows())) == {(10, 12): [1, 2], (20, 20): [3]}
     step = agg.process(b"A", 16, 4)
     assert step.late is None
-    # The merged-away sessions are emitted as removed, then the merged one.
+    # The merged-away sessions are emitted as removed, then the merged one; each stamped with
+    # its session's end, as KStreamSessionWindowAggregate forwards them.
     assert step.emitted == [
-        WindowResult(b"A", 10, 12, None),
-        WindowResult(b"A", 20, 20, None),
-        WindowResult(b"A", 10, 20, [1, 2, 3, 4]),
+        WindowResult(b"A", 10, 12, None, 12),
+        WindowResult(b"A", 20, 20, None, 20),
+        WindowResult(b"A", 10, 20, [1, 2, 3, 4], 20),
     ]
     assert table(list(agg.windows())) == {(10, 20): [1, 2, 3, 4]}
 
@@ -113,7 +114,7 @@ def test_session_records_inside_a_session_update_it_in_place() -> None:
     # Inside [10, 14]: the same window, but Kafka Streams removes the merged session and
     # writes the new one (KStreamSessionWindowAggregate.process), so a tombstone comes first.
     step = agg.process(b"k", 12, 3)
-    assert step.emitted == [WindowResult(b"k", 10, 14, None), WindowResult(b"k", 10, 14, 6)]
+    assert step.emitted == [WindowResult(b"k", 10, 14, None, 14), WindowResult(b"k", 10, 14, 6, 14)]
 
 
 def test_sliding_windows_follow_kafka_streams() -> None:
