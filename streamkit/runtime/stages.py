@@ -82,9 +82,10 @@ def _aggregator(node: Aggregate) -> Callable[[Any, Any], None]:
     """The fold of ``node`` applied to its table, record by record. A record an aggregation
     skips (``ops.skips``: no key or value) is counted on ``/status`` (``late_records``, by
     reason ``null-key``/``null-value``), as Kafka Streams counts it in dropped-records. A
-    deletion: ``to_table`` writes the tombstone even for a key it does not hold (Kafka
-    Streams' toTable forwards it); ``KTable.filter`` only for a key it holds (its result is
-    materialized: a key that never qualified has nothing to delete)."""
+    deletion: ``to_table`` deletes even a key it does not hold (Kafka Streams' toTable
+    forwards it; with the table's cache on, the commit sends no tombstone for a key absent
+    before and after, as Kafka Streams' cache flush); ``KTable.filter`` only a key it holds
+    (its result is materialized: a key that never qualified has nothing to delete)."""
     table, kind, step = node.table, node.kind, fold_step(node.kind, node.fn, node.initializer)
     get, pop, tombstone, set_at, stamp_of = table.get, table.pop, table.tombstone, table.set_at, table.timestamp_of
     dropped = late_counter(table.app, table.name) if skips(kind, None, None) else None

@@ -283,12 +283,16 @@ def fold_key(plan: TaskPlan, item: tuple[tuple[int, bytes], Iterable[Output]]) -
     assert isinstance(terminal, Aggregate)
     (partition, raw_key), outputs = item
     ordered = _task_order(outputs)
-    # A delete writes its tombstone whether or not the table held the key (Kafka Streams'
-    # toTable forwards it): a key only ever deleted ends as a tombstone, stamped as the rest.
     # A table's row is stamped with its last record's time, an aggregate with the largest
     # behind it (as the worker's, and Kafka Streams' KStreamAggregate).
     latest = ordered[-1][4] if terminal.kind in TABLE_KINDS else max(o[4] for o in ordered)
     present, value = fold(fold_step(terminal.kind, terminal.fn, terminal.initializer), ordered[0][5], (o[6] for o in ordered))
+    if not present:
+        # A key absent at the end: the backfill is one commit of a worker with its record cache
+        # on, which forwards no tombstone for a key its store lacked before (Kafka Streams'
+        # cache flush skips null -> null); one an earlier changelog holds gets its tombstone
+        # from write_changelog.
+        return
     raw_value = terminal.table.value_serde.dumps(value) if present else None
     if plan.output:
         yield (OUTPUT, None, raw_key, raw_value, latest, None)

@@ -118,8 +118,9 @@ class TablePartition:
         """The changes since the last call, encoded, in the order keys were first changed
         (with the cache off: every write, in order)."""
         dirty, self._dirty = self._dirty, {}
-        if self._unstored:
-            self._unstored.update(dirty)
+        sent_before = self._unstored  # taken earlier, not stored yet: the changelog has them
+        if sent_before:
+            self._unstored = {**sent_before, **dirty}
         else:
             self._unstored = dirty
         log = self._log
@@ -130,12 +131,26 @@ class TablePartition:
         key_dumps = self._key_dumps
         value_dumps = self._value_dumps
         out: list[OutgoingChange] = []
+        unchanged: list[Any] = []
         for key, timestamp in dirty.items():
             value = cache[key]
             key_bytes = key_dumps(key)
             if key_bytes is None:
                 raise ValueError("a table key cannot be None")
-            out.append((key_bytes, None if value is DELETED else value_dumps(value), timestamp))
+            if value is DELETED:
+                if key not in sent_before and self.store.get(key_bytes) is None:
+                    # Absent at the last commit and now: no change to send. Kafka Streams'
+                    # cache flush forwards nothing for null -> null either (with the cache
+                    # off, ``_log``, every deletion is sent).
+                    unchanged.append(key)
+                    continue
+                out.append((key_bytes, None, timestamp))
+            else:
+                out.append((key_bytes, value_dumps(value), timestamp))
+        for key in unchanged:
+            del cache[key]
+            self._written_at.pop(key, None)
+            self._unstored.pop(key, None)
         return out
 
     def stored(self, changes: Sequence[OutgoingChange]) -> None:

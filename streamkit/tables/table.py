@@ -264,18 +264,22 @@ class Table:
         return None if state is None or value is MISSING else state.timestamp_of(key)
 
     def tombstone(self, key: Any, timestamp_ms: int | None = None) -> None:
-        """Delete ``key`` and write its tombstone to the changelog whether or not the table
-        holds it: Kafka Streams forwards such a deletion (``toTable``, table-table joins), so
-        the table's stream carries it.
+        """Delete ``key`` whether or not the table holds it. With the cache off its tombstone
+        always reaches the changelog, as Kafka Streams forwards such a deletion (``toTable``,
+        table-table joins); with the cache on, a key absent at the last commit and now sends
+        nothing (Kafka Streams' cache flush skips null to null).
 
         >>> import streamkit as sk
         >>> from streamkit.tables.partition import TablePartition
         >>> from streamkit.tables.store import MemoryStore
-        >>> t = sk.App("docs-tombstone").Table("t")
-        >>> t.attach(TablePartition(0, MemoryStore(), t.key_serde, t.value_serde)); t.partition_count = 1
-        >>> t.tombstone("never-held")
-        >>> t.partition_state(0).take_changes()[0][:2]
-        (b'"never-held"', None)
+        >>> app = sk.App("docs-tombstone")
+        >>> for name, cache in [("off", False), ("on", True)]:
+        ...     t = app.Table(name, cache=cache)
+        ...     t.attach(TablePartition(0, MemoryStore(), t.key_serde, t.value_serde)); t.partition_count = 1
+        ...     t.tombstone("never-held")
+        ...     print(name, [change[:2] for change in t.partition_state(0).take_changes()])
+        off [(b'"never-held"', None)]
+        on []
         """
         state, timestamp = self._write_target(key)
         state.delete(key, timestamp if timestamp_ms is None else timestamp_ms)

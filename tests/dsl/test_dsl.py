@@ -124,12 +124,14 @@ async def test_aggregates_and_table_joins_are_stamped_with_the_largest_timestamp
     ("outer", [[None, 1], [None, 1], [9, 1], [9, None]]),
 ])
 async def test_table_table_joins_forward_every_update_as_kafka_streams(how: str, expected: list[object]) -> None:
+    """With the tables' cache off (Kafka Streams' statestore.cache.max.bytes=0)."""
     app = sk.App(f"dsl-tt-forward-{how}")
     lt = app.topic("lt", key_type=str, value_type=int, partitions=1)
     rt = app.topic("rt", key_type=str, value_type=int, partitions=1)
     out = app.topic("out", key_type=str, value_serializer="json", partitions=1)
-    joined = app.stream(lt).to_table("left").join(app.stream(rt).to_table("right"), lambda a, b: [a, b], how=how,
-                                                  name="j")
+    left = app.stream(lt).to_table("left", cache=False)
+    right = app.stream(rt).to_table("right", cache=False)
+    joined = left.join(right, lambda a, b: [a, b], how=how, name="j", cache=False)
     joined.to_stream().to(out)
     async with AppDriver(app) as driver:
         for topic, value in [(rt, 1), (lt, None), (lt, 9), (rt, None)]:
@@ -156,6 +158,21 @@ async def test_ktable_filter_and_map_values() -> None:
                 await driver.advance(1)
         assert [(e.key, e.value) for e in await driver.read(out)] == [("a", 2), ("a", None), ("b", 4)]
         assert dict(even.items()) == {"b": 4}
+
+
+async def test_with_the_cache_on_a_deletion_of_a_key_absent_before_and_after_sends_nothing() -> None:
+    """Kafka Streams' cache flush skips null -> null; with the cache off toTable forwards it."""
+    app = sk.App("dsl-cache-tombstones")
+    events = app.topic("events", key_type=str, value_type=int, partitions=1)
+    cached = app.stream(events).to_table("cached")
+    every = app.stream(events).to_table("every", cache=False)
+    async with AppDriver(app) as driver:
+        for key, value in [("a", None), ("b", 1), ("b", None)]:
+            await driver.send(events, value, key=key)
+            await driver.process()
+        assert [(e.key, e.value) for e in await driver.read(cached.table.changelog_topic)] == [("b", 1), ("b", None)]
+        assert [(e.key, e.value) for e in await driver.read(every.table.changelog_topic)] == [
+            ("a", None), ("b", 1), ("b", None)]
 
 
 async def test_a_table_with_its_cache_off_forwards_every_update() -> None:
