@@ -16,10 +16,10 @@ Windowed final tables are compared on the windows both sides still hold: Kafka S
 a window in its store for the store's retention (segments), streamkit drops a time window
 once it is closed; a closed window's value is checked through the emitted records instead.
 
-Cases per family: ``STREAMKIT_ORACLE_CASES`` (default 25 per family, 17 families: the file
+Cases per family: ``STREAMKIT_ORACLE_CASES`` (default 25 per family, 18 families: the file
 runs in about two to three minutes on two cores: streamkit's side costs 0.15-0.3 s a case,
 the oracle's a few ms). The long run, 10,000 cases per family (about 35 minutes per family on
-two cores, ten hours for all 17; pick families with ``-k``, e.g. ``-k sliding``)::
+two cores, ten hours for all 18; pick families with ``-k``, e.g. ``-k sliding``)::
 
     STREAMKIT_ORACLE_CASES=10000 PYTHONPATH=. python -m pytest -p no:cacheprovider tests/interop/test_oracle.py
 
