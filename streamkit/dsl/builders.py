@@ -33,7 +33,9 @@ partitioned differently, first goes through a repartition topic. The join state 
 ``<app>-late``.
 
 Duality: ``stream.to_table(name)`` keeps the latest value per key (a ``None`` value deletes
-it); an aggregation (``count``, ``sum``, ``reduce``, ``aggregate``) is a table; and
+it, and its tombstone is forwarded even for a key the table never held, as Kafka Streams'
+toTable does); ``table.filter``/``table.map_values`` derive a table from a table's changes;
+an aggregation (``count``, ``sum``, ``reduce``, ``aggregate``) is a table; and
 ``table.to_stream()`` is the stream of a table's changes: its changelog, where every commit
 writes the keys that changed since the last one (Kafka Streams' record cache does the same).
 """
@@ -308,6 +310,43 @@ class KTable:
     def to_stream(self) -> KStream:
         """The stream of this table's changes (key, new value; ``None`` for a deleted key)."""
         return table_stream(self.app, self.table)
+
+    def filter(self, fn: Callable[[Any], Any], *, name: str | None = None, **options: Any) -> KTable:
+        """A table of the keys whose value passes ``fn`` (Kafka Streams' ``KTable.filter``),
+        updated with this table: a key that stops qualifying is deleted, and the deletion
+        forwarded downstream; a deletion of a key that did not qualify forwards nothing.
+
+        >>> import streamkit as sk
+        >>> app = sk.App("docs-ktable-filter")
+        >>> prices = app.stream(app.topic("prices", key_type=str, value_type=int)).to_table("prices")
+        >>> dear = prices.filter(lambda v: v > 100, name="dear")
+        >>> [type(node).__name__ for node in dear.pipeline], dear.table.name
+        (['Source', 'Map', 'Aggregate'], 'dear')
+        """
+        keep = _plain(fn, "filter")
+        return self._derive(name or f"{self.table.name}-filter", options, "filter",
+                            lambda v: v if v is not None and keep(v) else None)
+
+    def map_values(self, fn: Callable[[Any], Any], *, name: str | None = None, **options: Any) -> KTable:
+        """A table of ``fn(value)`` per key (Kafka Streams' ``KTable.mapValues``), updated with
+        this table; a deleted key stays deleted (``fn`` never sees a tombstone).
+
+        >>> import streamkit as sk
+        >>> app = sk.App("docs-ktable-map")
+        >>> prices = app.stream(app.topic("prices", key_type=str, value_type=int)).to_table("prices")
+        >>> cents = prices.map_values(lambda v: v * 100, name="cents")
+        >>> cents.to_stream().nodes[0].topic.name
+        'docs-ktable-map-cents-changelog'
+        """
+        change = _plain(fn, "map_values")
+        return self._derive(name or f"{self.table.name}-map_values", options, "latest",
+                            lambda v: None if v is None else change(v))
+
+    def _derive(self, name: str, options: dict[str, Any], kind: str, fn: Callable[[Any], Any]) -> KTable:
+        """A table computed from this table's changes, value by value (``None``: delete)."""
+        source = Source(self.table.changelog_topic, self.table)
+        options.setdefault("partitions", self.table.declared_partitions)
+        return _aggregate(self.app, (source, Map("map_values", fn)), name, options, kind)
 
     def join(
         self, other: KTable | Table, joiner: Callable[[Any, Any], Any], *, how: str = "inner",

@@ -69,7 +69,9 @@ class StreamJoin:
 @dataclass(frozen=True, slots=True)
 class Aggregate:
     """Into ``table``: "count", "sum" (``fn`` of the value), "reduce" (``fn(aggregate, value)``),
-    "aggregate" (``fn(key, value, aggregate)`` from ``initializer()``) or "latest" (to_table)."""
+    "aggregate" (``fn(key, value, aggregate)`` from ``initializer()``), "latest" (to_table,
+    KTable.map_values: ``None`` deletes, its tombstone always forwarded) or "filter"
+    (KTable.filter: ``None`` deletes a key the table holds)."""
 
     table: Table
     kind: str

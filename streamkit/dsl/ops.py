@@ -94,7 +94,8 @@ def _op(node: Node) -> Callable[[Any, Any], Pairs]:
 def fold_step(kind: str, fn: Callable[..., Any] | None, initializer: Callable[[], Any] | None) -> Step:
     """The step of an aggregation of ``kind`` ("count", "sum" of ``fn(value)`` or the value,
     "reduce" with ``fn(aggregate, value)``, "aggregate" with ``fn(key, value, aggregate)`` from
-    ``initializer()``, "latest": the value, ``None`` deleting the key)."""
+    ``initializer()``, "latest" and "filter": the value, ``None`` deleting the key). A stream
+    aggregation skips records without a key or value before its step (``skips``)."""
     if kind == "count":
         return lambda current, key, value: (0 if current is MISSING else current) + 1
     if kind == "sum":
@@ -112,9 +113,23 @@ def fold_step(kind: str, fn: Callable[..., Any] | None, initializer: Callable[[]
             raise ConfigError("aggregate needs an initializer and an adder")
         adder, init = fn, initializer
         return lambda current, key, value: adder(key, value, init() if current is MISSING else current)
-    if kind == "latest":
+    if kind in ("latest", "filter"):
         return lambda current, key, value: MISSING if value is None else value
     raise ConfigError(f"unknown aggregation {kind!r}")
+
+
+TABLE_KINDS = ("latest", "filter")  # the folds that keep the latest value: None deletes
+
+
+def skips(kind: str, key: Any, value: Any) -> bool:
+    """Whether an aggregation of ``kind`` skips a record: count, sum, reduce and aggregate
+    skip a record with a ``None`` key or value, as Kafka Streams' ``KStreamAggregate`` and
+    ``KStreamReduce`` do (counted as dropped); a table's kinds take ``None`` as a deletion.
+
+    >>> skips("count", "k", None), skips("count", None, 1), skips("latest", "k", None)
+    (True, True, False)
+    """
+    return kind not in TABLE_KINDS and (key is None or value is None)
 
 
 def fold(step: Step, key: Any, values: Iterable[Any]) -> tuple[bool, Any]:

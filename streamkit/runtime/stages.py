@@ -10,19 +10,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from streamkit._core.context import current_event
 from streamkit._core.errors import ConfigError
 from streamkit._core.serde import Serde
 from streamkit.agents.agent import Agent
 from streamkit.agents.stream import Event, Stream
 from streamkit.dsl.joinstate import JoinState
 from streamkit.dsl.nodes import Aggregate, Map, Node, Sink, TableJoin, WindowedAggregate
-from streamkit.dsl.ops import Pairs, fold_step, runner
+from streamkit.dsl.ops import Pairs, fold_step, runner, skips
 from streamkit.dsl.plan import JoinOutput, JoinSide, Stage
 from streamkit.tables.errors import TableError
 from streamkit.tables.partition import MISSING, SortedPartition
 from streamkit.windows.join import WindowJoin
 from streamkit.windows.records import late_headers, window_body
-from streamkit.windows.wtable import WindowedTable
+from streamkit.windows.wtable import WindowedTable, late_counter
 
 if TYPE_CHECKING:
     from streamkit.app.application import App
@@ -78,16 +79,39 @@ def compile_stage(stage: Stage) -> Callable[[Stream], Any]:
 
 
 def _aggregator(node: Aggregate) -> Callable[[Any, Any], None]:
-    """The fold of ``node`` applied to its table, record by record."""
-    table, step = node.table, fold_step(node.kind, node.fn, node.initializer)
-    get, pop = table.get, table.pop
+    """The fold of ``node`` applied to its table, record by record. A record an aggregation
+    skips (``ops.skips``: no key or value) is counted on ``/status`` (``late_records``, by
+    reason ``null-key``/``null-value``), as Kafka Streams counts it in dropped-records. A
+    deletion: ``to_table`` deletes even a key it does not hold (Kafka Streams' toTable
+    forwards it; with the table's cache on, the commit sends no tombstone for a key absent
+    before and after, as Kafka Streams' cache flush); ``KTable.filter`` only a key it holds
+    (its result is materialized: a key that never qualified has nothing to delete)."""
+    table, kind, step = node.table, node.kind, fold_step(node.kind, node.fn, node.initializer)
+    get, pop, tombstone, set_at, stamp_of = table.get, table.pop, table.tombstone, table.set_at, table.timestamp_of
+    dropped = late_counter(table.app, table.name) if skips(kind, None, None) else None
+    forward_deletes = kind == "latest"
 
     def apply(key: Any, value: Any) -> None:
+        if dropped is not None and (key is None or value is None):
+            dropped.add("null-key" if key is None else "null-value")
+            return
         new = step(get(key, MISSING), key, value)
-        if new is MISSING:
-            pop(key, None)
+        if new is not MISSING:
+            event = current_event.get()
+            ts = event.timestamp if event is not None else None
+            if dropped is not None and ts is not None:
+                # An aggregate is stamped with the largest timestamp behind it, as Kafka
+                # Streams' KStreamAggregate/KStreamReduce do (a table's kinds: the record's).
+                before = stamp_of(key)
+                ts = ts if before is None else max(ts, before)
+            if ts is None:
+                table[key] = new
+            else:
+                set_at(key, new, ts)
+        elif forward_deletes:
+            tombstone(key)
         else:
-            table[key] = new
+            pop(key, None)
 
     return apply
 
@@ -226,20 +250,37 @@ def _table_join(node: TableJoin) -> Callable[[Stream], Any]:
 
     def update(event: Event) -> None:
         key = event.key
-        if event.topic == left_topic:
+        from_left = event.topic == left_topic
+        if from_left:
             lv, rv = event.value, right.get(key)
         else:
             lv, rv = left.get(key), event.value
+        new, other = (lv, rv) if from_left else (rv, lv)
+        # Kafka Streams' KTableKTable{Inner,Left,Right,Outer}Join: an update of one side is
+        # forwarded unless the other side lacks the key and: always (inner, and the right side
+        # of a left join), or (outer, the left side of a left join) the update deletes a key
+        # this side did not hold either (then the result, which holds a row for each key this
+        # side holds, lacks it). So the same row again is forwarded, and a tombstone for a key
+        # the result never held.
+        if other is None and (
+            how == "inner" or (how == "left" and not from_left) or (new is None and key not in result)
+        ):
+            return
         if how == "inner":
             keep = lv is not None and rv is not None
         elif how == "left":
             keep = lv is not None
         else:
             keep = lv is not None or rv is not None
+        # Stamped with the larger of both sides' timestamps (the other side's, when known).
+        ts = event.timestamp
+        other_ts = (right if from_left else left).timestamp_of(key) if other is not None else None
+        if other_ts is not None and other_ts > ts:
+            ts = other_ts
         if keep:
-            result[key] = joiner(lv, rv)
+            result.set_at(key, joiner(lv, rv), ts)
         else:
-            result.pop(key, None)
+            result.tombstone(key, ts)
 
     async def join_tables(stream: Stream) -> None:
         async for event in stream.events():

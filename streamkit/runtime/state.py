@@ -274,6 +274,8 @@ class StateManager:
                 if state is None or not state.dirty:
                     continue
                 changes = state.take_changes()
+                if not changes:  # only deletions of keys absent before and after: nothing to send
+                    continue
                 if table.is_global:
                     # Replicas apply every change (this worker's too) from the changelog, so
                     # their offsets never claim records they have not applied.

@@ -17,7 +17,7 @@ from streamkit.dsl.nodes import (
     Aggregate,
     WindowedAggregate,
 )
-from streamkit.dsl.ops import fold, fold_step, runner
+from streamkit.dsl.ops import TABLE_KINDS, fold, fold_step, runner, skips
 from streamkit.log.records import decode_records
 from streamkit.spark.columns import batch_lists, column_batches
 from streamkit.spark.logs import open_source_log
@@ -225,6 +225,9 @@ def place_outputs(plan: TaskPlan, chunks: Iterator[SourceChunk]) -> Iterator[Pla
     seen: dict[tuple[type, Any], tuple[Any, int]] = {}
     # A key the grouping replaces before any function saw it needs no decoding.
     unused_key = run_before is None and regroup is not None
+    # A stream aggregation skips records without key or value (``ops.skips``), as the worker's.
+    terminal = parts.terminal
+    skip_nulls = isinstance(terminal, Aggregate) and skips(terminal.kind, None, None)
     for source_partition, raw_keys, raw_values, offsets, timestamps, times in chunks:
         # without stream times (a count's read: no order) a record's own time stands in
         for raw_key, raw_value, offset, timestamp, now in zip(
@@ -252,10 +255,12 @@ def place_outputs(plan: TaskPlan, chunks: Iterator[SourceChunk]) -> Iterator[Pla
                 else:
                     partition = source_partition
                 if run_after is None:
-                    yield partition, now, source_partition, offset, timestamp, k, v
+                    if not (skip_nulls and (k is None or v is None)):
+                        yield partition, now, source_partition, offset, timestamp, k, v
                 else:
                     for k2, v2 in run_after(k, v):
-                        yield partition, now, source_partition, offset, timestamp, k2, v2
+                        if not (skip_nulls and (k2 is None or v2 is None)):
+                            yield partition, now, source_partition, offset, timestamp, k2, v2
 
 
 # (source stream time ms, source partition, offset, index among the record's outputs,
@@ -285,17 +290,16 @@ def fold_key(plan: TaskPlan, item: tuple[tuple[int, bytes], Iterable[Output]]) -
     assert isinstance(terminal, Aggregate)
     (partition, raw_key), outputs = item
     ordered = _task_order(outputs)
-    latest = ordered[-1][4]
-    if terminal.kind == "latest":
-        # A delete of a key the table does not hold changes nothing in the worker's table: a
-        # key only ever deleted writes nothing (to its changelog, or the table's stream; one an
-        # earlier changelog holds still gets its tombstone from write_changelog), and a key
-        # deleted several times is stamped with the first delete after its last value.
-        held = [i for i, o in enumerate(ordered) if o[6] is not None]
-        if not held:
-            return
-        latest = ordered[min(held[-1] + 1, len(ordered) - 1)][4]
+    # A table's row is stamped with its last record's time, an aggregate with the largest
+    # behind it (as the worker's, and Kafka Streams' KStreamAggregate).
+    latest = ordered[-1][4] if terminal.kind in TABLE_KINDS else max(o[4] for o in ordered)
     present, value = fold(fold_step(terminal.kind, terminal.fn, terminal.initializer), ordered[0][5], (o[6] for o in ordered))
+    if not present:
+        # A key absent at the end: the backfill is one commit of a worker with its record cache
+        # on, which forwards no tombstone for a key its store lacked before (Kafka Streams'
+        # cache flush skips null -> null); one an earlier changelog holds gets its tombstone
+        # from write_changelog.
+        return
     raw_value = terminal.table.value_serde.dumps(value) if present else None
     if plan.output:
         yield (OUTPUT, None, raw_key, raw_value, latest, None)
@@ -344,7 +348,10 @@ def count_outputs(plan: TaskPlan, chunks: Iterator[SourceChunk]) -> Iterator[tup
         value_loads = parts.value_loads
         for source_partition, raw_keys, raw_values, _offsets, timestamps, _times in chunks:
             for raw_key, raw_value, ts in zip(raw_keys, raw_values, timestamps, strict=True):
-                value_loads(raw_value)  # a value that does not decode fails here, as in the worker
+                # a value that does not decode fails here, as in the worker; a count skips a
+                # record without key or value (``ops.skips``), as the worker's
+                if value_loads(raw_value) is None or raw_key is None:
+                    continue
                 where = (source_partition, raw_key)
                 held = tally.get(where)
                 if held is None:
@@ -370,6 +377,8 @@ def count_outputs(plan: TaskPlan, chunks: Iterator[SourceChunk]) -> Iterator[tup
             for k, v in ((key, value),) if run_before is None else run_before(key, value):
                 if regroup is not None:
                     k = regroup(v)
+                if k is None or v is None:  # skipped by a count (``ops.skips``)
+                    continue
                 into = tally
                 if type(k) is not str:
                     if not isinstance(k, _IMMUTABLE):

@@ -49,8 +49,8 @@ class TablePartition:
     """State of ``partition`` of a table: a store plus a write-back cache."""
 
     __slots__ = (
-        "_cache", "_dirty", "_key_dumps", "_key_loads", "_unstored", "_value_dumps", "_value_loads", "partition",
-        "store",
+        "_cache", "_dirty", "_key_dumps", "_key_loads", "_log", "_unstored", "_value_dumps", "_value_loads",
+        "_written_at", "partition", "store",
     )
 
     def __init__(self, partition: int, store: KeyValueStore, key_serde: Serde, value_serde: Serde) -> None:
@@ -63,6 +63,18 @@ class TablePartition:
         self._cache: dict[Any, Any] = {}  # key -> value, or DELETED
         self._dirty: dict[Any, int] = {}  # key -> timestamp of its last write
         self._unstored: dict[Any, int] = {}  # keys taken by take_changes, not stored yet
+        # key -> timestamp of its last write, for keys in the cache (evicted with them; the
+        # store keeps no timestamps, so a key read back from it has none: ``timestamp_of``)
+        self._written_at: dict[Any, int] = {}
+        # Every write in order, encoded when made (``cache_off``), else None: the latest per key.
+        self._log: list[OutgoingChange] | None = None
+
+    def cache_off(self) -> None:
+        """Send every write to the changelog, in order, not the latest per key per commit:
+        the table's stream then carries each update (Kafka Streams with its record cache off,
+        ``statestore.cache.max.bytes=0``)."""
+        if self._log is None:
+            self._log = []
 
     def get(self, key: Any) -> Any:
         """The value of ``key``, or ``MISSING``."""
@@ -81,11 +93,21 @@ class TablePartition:
 
     def set(self, key: Any, value: Any, timestamp_ms: int) -> None:
         self._cache[key] = value
-        self._dirty[key] = timestamp_ms
+        self._dirty[key] = self._written_at[key] = timestamp_ms
+        if self._log is not None:
+            self._log.append((self._key_bytes(key), self._value_dumps(value), timestamp_ms))
 
     def delete(self, key: Any, timestamp_ms: int) -> None:
         self._cache[key] = DELETED
-        self._dirty[key] = timestamp_ms
+        self._dirty[key] = self._written_at[key] = timestamp_ms
+        if self._log is not None:
+            self._log.append((self._key_bytes(key), None, timestamp_ms))
+
+    def timestamp_of(self, key: Any) -> int | None:
+        """The timestamp of ``key``'s last write while it stayed in the cache (the changelog
+        record's), or ``None``: never written here, or evicted or restored since (the store
+        keeps values only)."""
+        return self._written_at.get(key)
 
     @property
     def dirty(self) -> int:
@@ -93,22 +115,42 @@ class TablePartition:
         return len(self._dirty)
 
     def take_changes(self) -> list[OutgoingChange]:
-        """The changes since the last call, encoded, in the order keys were first changed."""
+        """The changes since the last call, encoded, in the order keys were first changed
+        (with the cache off: every write, in order)."""
         dirty, self._dirty = self._dirty, {}
-        if self._unstored:
-            self._unstored.update(dirty)
+        sent_before = self._unstored  # taken earlier, not stored yet: the changelog has them
+        if sent_before:
+            self._unstored = {**sent_before, **dirty}
         else:
             self._unstored = dirty
+        log = self._log
+        if log is not None:
+            self._log = []
+            return log
         cache = self._cache
         key_dumps = self._key_dumps
         value_dumps = self._value_dumps
         out: list[OutgoingChange] = []
+        unchanged: list[Any] = []
         for key, timestamp in dirty.items():
             value = cache[key]
             key_bytes = key_dumps(key)
             if key_bytes is None:
                 raise ValueError("a table key cannot be None")
-            out.append((key_bytes, None if value is DELETED else value_dumps(value), timestamp))
+            if value is DELETED:
+                if key not in sent_before and self.store.get(key_bytes) is None:
+                    # Absent at the last commit and now: no change to send. Kafka Streams'
+                    # cache flush forwards nothing for null -> null either (with the cache
+                    # off, ``_log``, every deletion is sent).
+                    unchanged.append(key)
+                    continue
+                out.append((key_bytes, None, timestamp))
+            else:
+                out.append((key_bytes, value_dumps(value), timestamp))
+        for key in unchanged:
+            del cache[key]
+            self._written_at.pop(key, None)
+            self._unstored.pop(key, None)
         return out
 
     def stored(self, changes: Sequence[OutgoingChange]) -> None:
@@ -124,6 +166,7 @@ class TablePartition:
                 decoded = self._key_loads(key)
                 if cache.get(decoded, MISSING) is DELETED and decoded not in dirty:
                     del cache[decoded]
+                    self._written_at.pop(decoded, None)
 
     def _evict(self) -> None:
         """Drop every clean entry (dirty and taken ones must stay until they are stored)."""
@@ -134,30 +177,37 @@ class TablePartition:
             if key not in kept and key in cache:
                 kept[key] = cache[key]
         self._cache = kept
+        written_at = self._written_at
+        self._written_at = {key: written_at[key] for key in kept if key in written_at}
 
     def discard_uncommitted(self) -> None:
         """Forget every write the store does not hold (a transaction aborted)."""
         self._cache = {}
         self._dirty = {}
         self._unstored = {}
+        self._written_at = {}
+        if self._log is not None:
+            self._log = []
 
     def items(self) -> Iterator[tuple[Any, Any]]:
-        """Every key and value of this partition (the store merged with unstored changes)."""
+        """Every key and value of this partition (the store merged with unstored changes:
+        the dirty ones and those taken for the changelog, not stored yet; a global table's
+        stay so until its changelog brings them back)."""
         cache = self._cache
-        dirty = self._dirty
+        pending = {**self._unstored, **self._dirty}
         key_loads = self._key_loads
         value_loads = self._value_loads
         seen: set[Any] = set()
         for raw_key, raw_value in self.store.items():
             key = key_loads(raw_key)
-            if key in dirty:
+            if key in pending:
                 seen.add(key)
                 value = cache[key]
                 if value is not DELETED:
                     yield key, value
             else:
                 yield key, value_loads(raw_value)
-        for key in list(dirty):
+        for key in list(pending):
             if key not in seen:
                 value = cache.get(key, DELETED)
                 if value is not DELETED:  # written, and not in the store yet
@@ -179,6 +229,7 @@ class TablePartition:
                 if decoded not in self._dirty:
                     self._cache.pop(decoded, None)
                     self._unstored.pop(decoded, None)
+                    self._written_at.pop(decoded, None)
 
 
 class _SortedKeys:

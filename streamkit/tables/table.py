@@ -72,6 +72,7 @@ class Table:
         standby_replicas: int | None = None,
         help: str = "",
         is_global: bool = False,
+        cache: bool = True,
     ) -> None:
         if default is not None and not callable(default):
             raise ConfigError(f"table {name!r}: default must be callable (like int or list), not {default!r}")
@@ -100,6 +101,10 @@ class Table:
         # A global table: every worker holds every partition, kept current from the
         # changelog, for lookups by any key (``app.GlobalTable``).
         self.is_global = is_global
+        # The record cache (Kafka Streams' statestore.cache.max.bytes): on, each commit writes
+        # the latest value of each key changed since the last one to the changelog, the
+        # table's stream; off (``cache=False``), every write, in order (``cache_off``).
+        self.cache = cache
         self.help = help
         self.declared_partitions = partitions
         self.key_serde, self.value_serde = table_serdes(key_type, value_type, key_serializer, value_serializer)
@@ -123,6 +128,8 @@ class Table:
     # -- runtime binding ----------------------------------------------------------------------
 
     def attach(self, partition: TablePartition) -> None:
+        if not self.cache:
+            partition.cache_off()
         self._partitions[partition.partition] = partition
 
     def detach(self, partition: int) -> TablePartition | None:
@@ -237,6 +244,45 @@ class Table:
         if state.get(key) is MISSING:
             raise KeyError(key)
         state.delete(key, timestamp)
+
+    def set_at(self, key: Any, value: Any, timestamp_ms: int) -> None:
+        """``table[key] = value`` with the changelog record stamped ``timestamp_ms`` instead of
+        the event's time (an aggregation stamps the largest timestamp behind its result)."""
+        if value is None:
+            raise TableError(f"table {self.name!r}: None is a tombstone; use del table[key]")
+        self._check(key, value)
+        state, _now = self._write_target(key)
+        state.set(key, value, timestamp_ms)
+
+    def timestamp_of(self, key: Any) -> int | None:
+        """The timestamp ``key``'s value was written with, when this worker still knows it
+        (``TablePartition.timestamp_of``); ``None`` when it does not, or the key is absent."""
+        try:
+            state, value = self._read_target(key)
+        except PartitionNotHeldError:
+            return None
+        return None if state is None or value is MISSING else state.timestamp_of(key)
+
+    def tombstone(self, key: Any, timestamp_ms: int | None = None) -> None:
+        """Delete ``key`` whether or not the table holds it. With the cache off its tombstone
+        always reaches the changelog, as Kafka Streams forwards such a deletion (``toTable``,
+        table-table joins); with the cache on, a key absent at the last commit and now sends
+        nothing (Kafka Streams' cache flush skips null to null).
+
+        >>> import streamkit as sk
+        >>> from streamkit.tables.partition import TablePartition
+        >>> from streamkit.tables.store import MemoryStore
+        >>> app = sk.App("docs-tombstone")
+        >>> for name, cache in [("off", False), ("on", True)]:
+        ...     t = app.Table(name, cache=cache)
+        ...     t.attach(TablePartition(0, MemoryStore(), t.key_serde, t.value_serde)); t.partition_count = 1
+        ...     t.tombstone("never-held")
+        ...     print(name, [change[:2] for change in t.partition_state(0).take_changes()])
+        off [(b'"never-held"', None)]
+        on []
+        """
+        state, timestamp = self._write_target(key)
+        state.delete(key, timestamp if timestamp_ms is None else timestamp_ms)
 
     def __contains__(self, key: Any) -> bool:
         try:

@@ -84,14 +84,14 @@ def specs(draw: st.DrawFn) -> dict[str, Any]:
     if window is None and not _rekeys(before):
         kinds.append("latest")  # to_table does not repartition: only over the source's keys
     kind = draw(st.sampled_from(kinds))
-    if kind == "reduce" and nullable:
-        # KNOWN DIFFERENCE (test_known_difference_a_none_value_into_a_reduce): a None value
-        # reaching a reduce is dead-lettered by the worker and folded in by the backfill (and a
-        # windowed one leaves a window nobody can read): reduces get values only.
+    if kind == "reduce" and nullable and window is not None:
+        # KNOWN DIFFERENCE (test_known_difference_a_none_value_into_a_windowed_reduce): a None
+        # value opening a window leaves a window nobody can read: windowed reduces get values
+        # only. (Plain aggregations skip None values in both runners, as Kafka Streams.)
         before.append(["filter", "not_none"])
         nullable = False
     names = {
-        "count": [""], "sum": ["or0"] if nullable else ["plain", "or0"], "reduce": list(ps.REDUCERS),
+        "count": [""], "sum": ["plain", "or0"], "reduce": list(ps.REDUCERS),
         "aggregate": list(ps.AGGREGATORS), "latest": [""],
     }[kind]
     agg = [kind, draw(st.sampled_from(names))]
@@ -218,23 +218,18 @@ def modules(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def _comparable(spec: dict[str, Any], outcome: Outcome) -> Outcome:
-    """``outcome`` without what the known differences of a plain (not windowed) table's
-    stream make differ; everything else about those records is still compared:
-
-    * the timestamps of a count's changes (``test_known_difference_a_counts_changes_are_
-      stamped_alike``);
-    * after a ``map`` of the table's stream that sends several table keys to one output key,
-      the order of those records (``test_known_difference_the_order_of_a_tables_changes``).
-    """
+    """``outcome`` without what the known difference of a plain (not windowed) table's stream
+    makes differ: after a ``map`` of the table's stream that sends several table keys to one
+    output key, the order of those records (``test_known_difference_the_order_of_a_tables_
+    changes``); everything else about those records is still compared."""
     if spec["window"] is not None or spec["stream"] is None:
         return outcome
-    count = spec["agg"][0] == "count"
     merged = any(kind == "map" for kind, _ in spec["stream"]["ops"])
     topics = {}
     for name, by_key in outcome["topics"].items():
         topics[name] = {}
         for where, sent in by_key.items():
-            records = [(value, None if count else ts, headers) for value, ts, headers in sent]
+            records = list(sent)
             topics[name][where] = sorted(records, key=repr) if merged else records
     return {**outcome, "topics": topics}
 
@@ -257,41 +252,42 @@ def test_the_worker_and_the_backfill_agree(spark: Any, modules: Path, spec: dict
     assert _comparable(spec, backfilled)["topics"] == _comparable(spec, worker)["topics"]
 
 
-def test_a_delete_of_a_key_the_table_does_not_hold_changes_nothing(spark: Any, modules: Path) -> None:
-    """Found here: to_table over only a tombstone. The worker's table does not change (a delete
-    of a missing key writes nothing), so its stream forwards nothing; the backfill wrote a
-    tombstone to the changelog and forwarded it (Kafka Streams' record cache forwards nothing
-    for a key that was null and stays null). And a key deleted twice: the worker's change is
-    the first delete (the second changes nothing), the backfill stamped it with the second."""
+def test_a_delete_of_a_key_absent_before_and_after_forwards_nothing(spark: Any, modules: Path) -> None:
+    """Found here: to_table over only a tombstone. A commit of the worker (its record cache on)
+    and the backfill (one commit of the whole range) forward no tombstone for a key the table
+    lacked before and lacks after, as Kafka Streams' cache flush skips null -> null: not for
+    a1 (only deleted) nor b1 (set and deleted within the commit). With the cache off every
+    deletion is forwarded (``tests/dsl/test_dsl.py``)."""
     spec = {"partitions": 1, "before": [], "group": None, "window": None, "agg": ["latest", ""],
             "stream": {"emit": "update", "ops": [], "partitions": 1}}
     history = [("a1", None, BASE), ("b1", 4, BASE + 1_000), ("b1", None, BASE + 2_000), ("c", 1, BASE),
                ("b1", None, BASE + 3_000)]
     worker, backfilled = run_both(spark, spec, history, modules)
     assert worker["table"] == backfilled["table"] == [("'c'", 1)]
-    # b1 held a value and lost it: its tombstone is a change; a1 never was
-    assert worker["topics"] == backfilled["topics"] == {
-        "out": {"0/'b1'": [(None, BASE + 2_000, [])], "0/'c'": [(1, BASE, [])]}
-    }
+    assert worker["topics"] == backfilled["topics"] == {"out": {"0/'c'": [(1, BASE, [])]}}
 
-
-# -- the differences found, pinned: each fails until the runners agree (strict xfail) ---------------
 
 COUNT = {"partitions": 1, "before": [], "group": ["key"], "window": None, "agg": ["count", ""],
          "stream": {"emit": "update", "ops": [], "partitions": 1}}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a plain aggregation's change is stamped by the worker with the time of the key's last record "
-    "in task order, by the backfill's count with the largest time (Kafka Streams: the largest, "
-    "for count, sum, reduce and aggregate; the backfill's sum/reduce/aggregate take the last too)"
-))
-def test_known_difference_a_counts_changes_are_stamped_alike(spark: Any, modules: Path) -> None:
+def test_an_aggregates_change_is_stamped_with_the_largest_timestamp_behind_it(spark: Any, modules: Path) -> None:
+    """Both runners, as Kafka Streams' KStreamAggregate (it was the worker's last record's)."""
     worker, backfilled = run_both(spark, COUNT, [("a1", 1, BASE + 1_000), ("a1", 2, BASE)], modules)
     assert worker["table"] == backfilled["table"] == [("'a1'", 2)]
-    # worker: [(2, BASE, [])]; backfill: [(2, BASE + 1_000, [])]
-    assert backfilled["topics"]["out"] == worker["topics"]["out"]
+    assert backfilled["topics"]["out"] == worker["topics"]["out"] == {"0/'a1'": [(2, BASE + 1_000, [])]}
 
+
+def test_a_none_value_into_a_reduce_is_skipped(spark: Any, modules: Path) -> None:
+    """Both runners skip it, as Kafka Streams ignores records with a null value (the worker
+    dead-lettered it, the backfill folded it in)."""
+    spec = {**COUNT, "agg": ["reduce", "add"], "stream": None}
+    worker, backfilled = run_both(spark, spec, [("a1", None, BASE), ("a1", 2, BASE + 1_000)], modules)
+    assert worker["table"] == backfilled["table"] == [("'a1'", 2)]
+    assert worker["dead letters"] == []
+
+
+# -- the differences found, pinned: each fails until the runners agree (strict xfail) ---------------
 
 # Not strict: the backfill's order is Spark's order of the keys, which may happen to be the worker's.
 @pytest.mark.xfail(strict=False, reason=(
@@ -306,17 +302,6 @@ def test_known_difference_the_order_of_a_tables_changes(spark: Any, modules: Pat
     assert worker["table"] == backfilled["table"] == [("'m0'", 0), ("'m2'", 8)]
     # worker: m2's 8, then m0's 0 (first written first); backfill: 0, then 8
     assert backfilled["topics"]["out"] == worker["topics"]["out"] == {"0/'m'": [(8, BASE, []), (0, BASE, [])]}
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "a None value into a plain reduce: the worker dead-letters it ('None is a tombstone'), the backfill "
-    "folds it in as the key's first value (Kafka Streams ignores records with a null value)"
-))
-def test_known_difference_a_none_value_into_a_reduce(spark: Any, modules: Path) -> None:
-    spec = {**COUNT, "agg": ["reduce", "add"], "stream": None}
-    worker, backfilled = run_both(spark, spec, [("a1", None, BASE), ("a1", 2, BASE + 1_000)], modules)
-    assert worker["table"] == backfilled["table"] == [("'a1'", 2)]
-    assert worker["dead letters"] == []  # the worker's: [('a1', None)]
 
 
 @pytest.mark.xfail(strict=True, raises=sk.StreamkitError, reason=(
@@ -349,6 +334,10 @@ def test_the_backfill_refuses_joins_by_name(spark: Any, modules: Path) -> None:
                               "backfill does not run stream-stream joins"),
             ("of_changes", "table 'of_changes' is computed from the changes of table 'latest': the backfill "
                            "does not run pipelines over a table's changes"),
+            ("filtered", "table 'filtered' is computed from the changes of table 'latest': the backfill "
+                         "does not run pipelines over a table's changes"),
+            ("mapped", "table 'mapped' is computed from the changes of table 'latest': the backfill "
+                       "does not run pipelines over a table's changes"),
         ]:
             with pytest.raises(sk.StreamkitError) as refused:
                 backfill(spark, f"{name}:app", table)
@@ -370,4 +359,6 @@ app.stream(left).join(latest, lambda v, r: v + (r or 0)).group_by_key().count("s
 latest.join(other, lambda a, b: [a, b], name="table_table")
 app.stream(left).join(app.stream(right), lambda a, b: [a, b], within=10).group_by_key().count("stream_stream")
 app.stream(latest).group_by_key().count("of_changes")
+latest.filter(lambda v: v > 1, name="filtered")
+latest.map_values(lambda v: v + 1, name="mapped")
 """

@@ -10,6 +10,7 @@ import pytest
 import streamkit as sk
 from streamkit._core.errors import ConfigError
 from streamkit.testing import AppDriver
+from streamkit.windows.wtable import late_counts
 
 
 async def test_group_by_count_and_sum_match_plain_python() -> None:
@@ -82,6 +83,111 @@ async def test_stream_table_join_inner_and_left() -> None:
         left = sorted((e.key, e.value["user"]) for e in await driver.read(left_out))
     assert inner == [("1", {"page": "/home", "user": "ann"})]
     assert left == [("1", "ann"), ("2", None)]
+
+
+async def test_stream_aggregations_skip_null_values_and_count_them() -> None:
+    """Kafka Streams' KStreamAggregate/KStreamReduce skip a record without value (dropped)."""
+    app = sk.App("dsl-nulls")
+    events = app.topic("events", key_type=str, value_type=int, partitions=1)
+    counts = app.stream(events).group_by(lambda v: "none" if v is None else "n", name="g").count("counts")
+    async with AppDriver(app) as driver:
+        await driver.send(events, None, key="a")
+        await driver.send(events, 3, key="a")
+        await driver.process()
+        assert dict(counts.items()) == {"n": 1}
+    assert late_counts(app)["counts"] == {"null-value": 1}
+
+
+async def test_aggregates_and_table_joins_are_stamped_with_the_largest_timestamp_behind_them() -> None:
+    app = sk.App("dsl-stamps")
+    events = app.topic("events", key_type=str, value_type=int, partitions=1)
+    lt = app.topic("lt", key_type=str, value_type=int, partitions=1)
+    rt = app.topic("rt", key_type=str, value_type=int, partitions=1)
+    sums = app.stream(events).group_by_key().sum("sums")
+    joined = app.stream(lt).to_table("left").join(app.stream(rt).to_table("right"), lambda a, b: [a, b], name="j")
+    async with AppDriver(app) as driver:
+        for topic, value, ts in [(events, 5, 3000), (events, 2, 2001), (rt, 1, 991_000), (lt, 2, 988_001)]:
+            await driver.send(topic, value, key="k", timestamp=ts)
+            await driver.process()
+        for _ in range(3):
+            await driver.advance(1)  # the join reads the sides' changelogs
+        stamps = [(e.value, e.timestamp) for e in await driver.read(sums.table.changelog_topic)]
+        joins = [(e.value, e.timestamp) for e in await driver.read(joined.table.changelog_topic)]
+    assert stamps == [(5, 3000), (7, 3000)]
+    assert joins == [([2, 1], 991_000)]
+
+
+@pytest.mark.parametrize(("how", "expected"), [
+    # right c=1; left tombstone for c (never held); left c=9; right tombstone for c
+    ("inner", [None, [9, 1], None]),
+    ("left", [None, [9, 1], [9, None]]),
+    ("outer", [[None, 1], [None, 1], [9, 1], [9, None]]),
+])
+async def test_table_table_joins_forward_every_update_as_kafka_streams(how: str, expected: list[object]) -> None:
+    """With the tables' cache off (Kafka Streams' statestore.cache.max.bytes=0)."""
+    app = sk.App(f"dsl-tt-forward-{how}")
+    lt = app.topic("lt", key_type=str, value_type=int, partitions=1)
+    rt = app.topic("rt", key_type=str, value_type=int, partitions=1)
+    out = app.topic("out", key_type=str, value_serializer="json", partitions=1)
+    left = app.stream(lt).to_table("left", cache=False)
+    right = app.stream(rt).to_table("right", cache=False)
+    joined = left.join(right, lambda a, b: [a, b], how=how, name="j", cache=False)
+    joined.to_stream().to(out)
+    async with AppDriver(app) as driver:
+        for topic, value in [(rt, 1), (lt, None), (lt, 9), (rt, None)]:
+            await driver.send(topic, value, key="c")
+            await driver.process()
+            for _ in range(3):
+                await driver.advance(1)
+        assert [e.value for e in await driver.read(out)] == expected
+
+
+async def test_ktable_filter_and_map_values() -> None:
+    """A key that stops qualifying is deleted downstream; a tombstone stays a tombstone."""
+    app = sk.App("dsl-ktable-ops")
+    events = app.topic("events", key_type=str, value_type=int, partitions=1)
+    out = app.topic("out", key_type=str, value_serializer="json", partitions=1)
+    even = app.stream(events).to_table("t").map_values(lambda v: v + 1, name="inc").filter(lambda v: v % 2 == 0,
+                                                                                            name="even")
+    even.to_stream().to(out)
+    async with AppDriver(app) as driver:
+        for key, value in [("a", 1), ("a", 2), ("b", 3), ("a", None), ("c", None)]:
+            await driver.send(events, value, key=key)
+            await driver.process()
+            for _ in range(3):
+                await driver.advance(1)
+        assert [(e.key, e.value) for e in await driver.read(out)] == [("a", 2), ("a", None), ("b", 4)]
+        assert dict(even.items()) == {"b": 4}
+
+
+async def test_with_the_cache_on_a_deletion_of_a_key_absent_before_and_after_sends_nothing() -> None:
+    """Kafka Streams' cache flush skips null -> null; with the cache off toTable forwards it."""
+    app = sk.App("dsl-cache-tombstones")
+    events = app.topic("events", key_type=str, value_type=int, partitions=1)
+    cached = app.stream(events).to_table("cached")
+    every = app.stream(events).to_table("every", cache=False)
+    async with AppDriver(app) as driver:
+        for key, value in [("a", None), ("b", 1), ("b", None)]:
+            await driver.send(events, value, key=key)
+            await driver.process()
+        assert [(e.key, e.value) for e in await driver.read(cached.table.changelog_topic)] == [("b", 1), ("b", None)]
+        assert [(e.key, e.value) for e in await driver.read(every.table.changelog_topic)] == [
+            ("a", None), ("b", 1), ("b", None)]
+
+
+async def test_a_table_with_its_cache_off_forwards_every_update() -> None:
+    """``cache=False``: each update reaches the changelog (the table's stream), not the latest
+    per key per commit."""
+    app = sk.App("dsl-cache-off")
+    events = app.topic("events", key_type=str, value_type=int, partitions=1)
+    fanned = app.stream(events).flat_map_values(lambda v: [v, v])
+    cached = fanned.group_by_key().count("cached")
+    every = fanned.group_by_key(name="k2").count("every", cache=False)
+    async with AppDriver(app) as driver:
+        await driver.send(events, 1, key="a")
+        await driver.process()
+        assert [e.value for e in await driver.read(cached.table.changelog_topic)] == [2]
+        assert [e.value for e in await driver.read(every.table.changelog_topic)] == [1, 2]
 
 
 @pytest.mark.parametrize("how", ["inner", "left", "outer"])

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import streamkit as sk
+from streamkit._core.serde import serde_for
+from streamkit.tables.partition import TablePartition
+from streamkit.tables.store import MemoryStore
 from streamkit.testing import AppDriver
 
 
@@ -37,3 +40,30 @@ async def test_a_global_table_answers_any_key_and_joins_by_a_key_function(tmp_pa
     # A restart restores every partition of the global table from its changelog.
     async with AppDriver(app, data_dir=data_dir, state_dir=state_dir):
         assert dict(names.items()) == {"fr": "France", "jp": "Japan", "br": "Brazil", "ke": "Kenya"}
+
+
+async def test_a_global_table_lists_its_own_writes_before_its_changelog_brings_them_back() -> None:
+    """A global table's writes leave the dirty set at the commit and reach its store only when
+    the changelog tailer applies them: ``items()`` reads them from the cache meanwhile (it read
+    empty in ``AppDriver``, whose tailer had not run yet, while ``get`` found them)."""
+    app = sk.App("gt-items")
+    right = app.topic("right", key_type=str, value_type=int, partitions=1)
+    table = app.stream(right).to_table("right", is_global=True)
+    async with AppDriver(app) as driver:
+        await driver.send(right, 1, key="a")
+        await driver.send(right, 2, key="b")
+        await driver.process()
+        assert dict(table.items()) == {"a": 1, "b": 2} and table.get("a") == 1
+        await driver.send(right, None, key="a")
+        await driver.process()
+        assert dict(table.items()) == {"b": 2}
+
+
+def test_a_partition_lists_changes_taken_for_the_changelog_and_not_stored_yet() -> None:
+    state = TablePartition(0, MemoryStore(), serde_for("json"), serde_for("json"))
+    state.set("a", 1, 1000)
+    state.set("b", 2, 1000)
+    assert len(state.take_changes()) == 2  # sent, not acknowledged: the store lacks them
+    state.delete("b", 2000)
+    assert dict(state.items()) == {"a": 1} and list(state.store.items()) == []
+    assert state.timestamp_of("a") == 1000 and state.timestamp_of("b") == 2000

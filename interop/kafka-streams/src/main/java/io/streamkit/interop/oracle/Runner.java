@@ -34,13 +34,30 @@ public final class Runner {
     private static final Serde<String> S = Serdes.String();
     private static final Serde<JsonNode> J = JsonSerde.serde();
 
+    /**
+     * This JVM's own state directory: Kafka Streams' default (/tmp/kafka-streams/oracle) is shared
+     * by every oracle on the machine, and two running at once lock and delete each other's stores.
+     */
+    private static final String STATE_DIR = stateDir();
+
     private Runner() {}
+
+    private static String stateDir() {
+        try {
+            java.nio.file.Path dir = java.nio.file.Files.createTempDirectory("streamkit-oracle-");
+            dir.toFile().deleteOnExit();
+            return dir.toString();
+        } catch (java.io.IOException e) {
+            throw new java.io.UncheckedIOException("cannot create the oracle's state directory", e);
+        }
+    }
 
     static Properties props() {
         Properties p = new Properties();
         p.put(StreamsConfig.APPLICATION_ID_CONFIG, "oracle");
         p.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, "127.0.0.1:9");
         p.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
+        p.put(StreamsConfig.STATE_DIR_CONFIG, STATE_DIR);
         // Emit-on-close windows and outer joins' unmatched records are throttled by the wall
         // clock (1 s by default), which TopologyTestDriver does not move: emit on every record.
         p.put("__emit.interval.ms.kstreams.windowed.aggregation__", 0L);
