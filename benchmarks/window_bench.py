@@ -83,6 +83,7 @@ from engine_bench import (
     RUN_TIMEOUT_S,
     Broker,
     Children,
+    CommittedOffsets,
     Medians,
     Progress,
     Run,
@@ -94,7 +95,7 @@ from engine_bench import (
     proc_cpu_s,
     profiled,
 )
-from table_bench import CommittedOffsets, processed
+from table_bench import processed
 
 import streamkit as sk
 from streamkit._core.partitioner import partition_for_key
@@ -204,8 +205,9 @@ def expected_pairs(data: Input, n: int, within_ms: int) -> collections.Counter[P
 
 async def read_topic(bootstrap: str, topic: str) -> list[tuple[bytes, bytes | None]]:
     """Every ``(key, value)`` of ``topic``."""
+    # read_committed: an exactly-once app's aborted writes are not its output
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                                max_partition_fetch_bytes=4 * 1024 * 1024)
+                                max_partition_fetch_bytes=4 * 1024 * 1024, isolation_level="read_committed")
     await consumer.start()
     try:
         tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]  # every topic here has 4
@@ -359,17 +361,8 @@ async def run_subprocess(
         return broker.check_alive()
 
     try:
-        offsets = [CommittedOffsets(broker.bootstrap, group, topic) for topic in inputs]
-        for o in offsets:
-            await o.__aenter__()
-        try:
-            async def count() -> int:
-                return sum([await o.count() for o in offsets])
-
-            await poll_until_done(progress, count, failed, SUB_POLL_S)
-        finally:
-            for o in offsets:
-                await o.__aexit__()
+        async with CommittedOffsets(broker.bootstrap, group, *inputs) as committed:
+            await poll_until_done(progress, committed.count, failed, SUB_POLL_S)
         run.total_s = time.perf_counter() - progress.started
         run.cpu_s = proc_cpu_s(proc.pid)
         run.broker_cpu_s = broker.cpu_s() - broker_cpu
