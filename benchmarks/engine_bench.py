@@ -66,6 +66,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError
 
 import streamkit as sk
 from streamkit._core.partitioner import partition_for_key
@@ -372,6 +373,7 @@ class CommittedOffsets:
         self._admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
         self._group = group
         self._topics = set(topics)
+        self._last = 0
 
     async def __aenter__(self) -> CommittedOffsets:
         await self._admin.start()
@@ -381,8 +383,16 @@ class CommittedOffsets:
         await self._admin.close()
 
     async def count(self) -> int:
-        offsets = await self._admin.list_consumer_group_offsets(self._group)
-        return sum(m.offset for tp, m in offsets.items() if tp.topic in self._topics and m.offset > 0)
+        """The sum now; the last one seen while the group's coordinator is not ready yet (a
+        fresh Apache Kafka creates its offsets topic when first asked for a coordinator)."""
+        try:
+            offsets = await self._admin.list_consumer_group_offsets(self._group)
+        except KafkaError as exc:
+            if not exc.retriable:
+                raise
+            return self._last
+        self._last = sum(m.offset for tp, m in offsets.items() if tp.topic in self._topics and m.offset > 0)
+        return self._last
 
 
 class EndOffsets:

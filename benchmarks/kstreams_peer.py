@@ -26,8 +26,10 @@ import sys
 import time
 from pathlib import Path
 
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from engine_bench import (
+    PARTITIONS,
     Broker,
     Children,
     CommittedOffsets,
@@ -168,11 +170,34 @@ async def run_peer(
     finally:
         Children.stop(proc, timeout=30.0)
         children.procs.remove(proc)
+    await settle_output(broker.bootstrap, argv["output"])
     lines = log_path.read_text().splitlines()
     if proc.returncode or lines[-1:] != [f"processed {n}"]:
         note = f"exit {proc.returncode}, last lines {lines[-3:]}"
         run.note = "; ".join(x for x in (run.note, note) if x)
     return run
+
+
+async def settle_output(bootstrap: str, topic: str) -> None:
+    """Until ``topic`` has no open transaction (its last stable offsets are its high watermarks).
+
+    A transaction's commit returns once the coordinator has decided it; the markers that make
+    its records readable to read_committed consumers reach the partitions a moment later, so
+    an exactly-once peer's last output is not yet readable when the peer has ended."""
+    committed = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
+    uncommitted = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await committed.start()
+    await uncommitted.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        deadline = time.perf_counter() + EXIT_TIMEOUT_S
+        while await committed.end_offsets(tps) != await uncommitted.end_offsets(tps):
+            if time.perf_counter() > deadline:
+                raise TimeoutError(f"{topic} still has an open transaction after {EXIT_TIMEOUT_S:.0f} s")
+            await asyncio.sleep(0.1)
+    finally:
+        await committed.stop()
+        await uncommitted.stop()
 
 
 async def delete_app_topics(bootstrap: str, app_id: str) -> None:

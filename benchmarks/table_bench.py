@@ -73,7 +73,6 @@ from engine_bench import (
     PARTITIONS,
     POLL_S,
     RUN_TIMEOUT_S,
-    Broker,
     Children,
     CommittedOffsets,
     Medians,
@@ -234,7 +233,7 @@ def processed(worker: Worker) -> int:
 
 
 async def run_streamkit(
-    variant: str, url: str, in_topic: str, n: int, tag: str, broker: Broker | None, state_dir: Path,
+    variant: str, url: str, in_topic: str, n: int, tag: str, broker: AnyBroker | None, state_dir: Path,
     expected: dict[bytes, int],
 ) -> Run:
     run = Run(variant, n)
@@ -279,7 +278,7 @@ async def run_streamkit(
     return run
 
 
-async def run_raw(broker: Broker, in_topic: str, n: int, tag: str, db_dir: Path, expected: dict[bytes, int]) -> Run:
+async def run_raw(broker: AnyBroker, in_topic: str, n: int, tag: str, db_dir: Path, expected: dict[bytes, int]) -> Run:
     """The ceiling: aiokafka consumer, decode, rocksdict get + put per record."""
     run = Run("raw", n)
     broker_cpu = broker.cpu_s()
@@ -329,7 +328,7 @@ async def run_raw(broker: Broker, in_topic: str, n: int, tag: str, db_dir: Path,
 
 
 async def run_faust(
-    children: Children, broker: Broker, python: Path, in_topic: str, n: int, tag: str, work_dir: Path,
+    children: Children, broker: AnyBroker, python: Path, in_topic: str, n: int, tag: str, work_dir: Path,
     expected: dict[bytes, int],
 ) -> Run:
     run = Run("faust", n)
@@ -423,7 +422,7 @@ def per_second(count: float, seconds: float) -> str:
 
 
 async def run_recovery(
-    variant: str, url: str, m: int, case: str, state_dir: Path, broker: Broker | None, check: bool
+    variant: str, url: str, m: int, case: str, state_dir: Path, broker: AnyBroker | None, check: bool
 ) -> Recovery:
     result = Recovery(variant, case, m)
     app, counts = streamkit_app(RECOVERY_APP, url, RECOVERY_IN)

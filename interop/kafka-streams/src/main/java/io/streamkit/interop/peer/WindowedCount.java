@@ -2,12 +2,14 @@ package io.streamkit.interop.peer;
 
 import java.time.Duration;
 import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.common.utils.Bytes;
 import org.apache.kafka.streams.kstream.KTable;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.kstream.Suppressed;
 import org.apache.kafka.streams.kstream.TimeWindows;
 import org.apache.kafka.streams.kstream.Windowed;
+import org.apache.kafka.streams.state.WindowStore;
 
 /**
  * The tumbling windowed count peer: input records keyed by word, counted per
@@ -25,7 +27,11 @@ public final class WindowedCount {
             KTable<Windowed<String>, Long> counts = inputs.stream(args.input)
                 .groupByKey()
                 .windowedBy(TimeWindows.ofSizeWithNoGrace(Duration.ofMillis(args.windowMs)))
-                .count(Materialized.as("windowed-counts"));
+                // Serdes named: suppression's buffer serializes the windowed key with the
+                // table's own key serde, which the default (String) serde cannot be
+                .count(Materialized.<String, Long, WindowStore<Bytes, byte[]>>as("windowed-counts")
+                    .withKeySerde(Serdes.String())
+                    .withValueSerde(Serdes.Long()));
             if (args.emitOnClose) {
                 counts = counts.suppress(Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded()));
             }
