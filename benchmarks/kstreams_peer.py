@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -86,6 +88,18 @@ class KafkaBroker:
 AnyBroker = Broker | KafkaBroker
 
 
+@dataclass
+class PeerRun(Run):
+    """A peer's run, with the JVM's CPU-seconds until the application was first RUNNING (JVM
+    start, class loading, the group join, the stores' set-up): sampled by the 0.2 s poller, so
+    up to one poll late."""
+
+    start_cpu_s: float = 0.0
+
+    def line(self) -> str:
+        return super().line() + f"  (CPU {self.start_cpu_s:.1f} s until RUNNING)"
+
+
 def open_broker(kind: str, children: Children, work_dir: Path) -> AnyBroker:
     """Start the ``kind`` broker (one of ``BROKERS``) with its data under ``work_dir``."""
     if kind == "kafka":
@@ -131,7 +145,7 @@ async def run_peer(
     """Run the peer ``main`` over ``n`` records of ``inputs`` (``args``: its ``--key value``s
     beyond bootstrap, application id, guarantee, state dir, commit interval and record count);
     the group is the application id, ``bench-<tag>``."""
-    run = Run(variant, n)
+    run = PeerRun(variant, n)
     app_id = f"bench-{tag}"
     log_path = work_dir / f"{tag}.log"
     argv = {
@@ -147,6 +161,8 @@ async def run_peer(
         proc = children.start(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=str(work_dir))
 
     def failed() -> str | None:
+        if not run.start_cpu_s and "RUNNING" in log_path.read_text():
+            run.start_cpu_s = proc_cpu_s(proc.pid)
         if _exited(proc.pid) and progress.count < n:
             return f"{variant} ended early:\n{log_path.read_text()[-4000:]}"
         return broker.check_alive()
@@ -176,6 +192,19 @@ async def run_peer(
         note = f"exit {proc.returncode}, last lines {lines[-3:]}"
         run.note = "; ".join(x for x in (run.note, note) if x)
     return run
+
+
+def report_start(results: dict[str, list[Run]]) -> None:
+    """The peers' median CPU until RUNNING, and their events per CPU-second after it."""
+    peers = {v: [r for r in runs if isinstance(r, PeerRun)] for v, runs in results.items()}
+    peers = {v: runs for v, runs in peers.items() if runs}
+    if not peers:
+        return
+    print("\nKafka Streams peers: JVM CPU until RUNNING (start, group join, stores) and ev/CPU-s after it (medians):")
+    for variant, runs in peers.items():
+        start = statistics.median(r.start_cpu_s for r in runs)
+        after = statistics.median(r.records / (r.cpu_s - r.start_cpu_s) for r in runs if r.cpu_s > r.start_cpu_s)
+        print(f"  {variant:<24} {start:6.1f} s {after:>10,.0f} ev/CPU-s after RUNNING")
 
 
 async def settle_output(bootstrap: str, topic: str) -> None:

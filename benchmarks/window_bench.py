@@ -100,6 +100,7 @@ from kstreams_peer import (
     delete_app_topics,
     open_broker,
     parse_brokers,
+    report_start,
     run_peer,
 )
 from table_bench import processed
@@ -807,6 +808,7 @@ def report(results: dict[str, list[Run]]) -> None:
                 ratio(f"{peer}{on}", f"{work}-raw{on}", None, as_x=False)
     for variant in ("count-streamkit", "count-raw", "join-streamkit", "join-raw", *KSTREAMS):
         ratio(f"{variant}@kafka", variant, None, as_x=False)  # the same app on Apache Kafka / streamkit broker
+    report_start(results)
     notes = [(r.variant, r.note) for runs in results.values() for r in runs if r.note]
     if notes:
         print("\nruns with notes:")

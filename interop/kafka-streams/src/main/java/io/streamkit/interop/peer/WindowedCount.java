@@ -32,7 +32,10 @@ public final class WindowedCount {
                 .count(Materialized.<String, Long, WindowStore<Bytes, byte[]>>as("windowed-counts")
                     .withKeySerde(Serdes.String())
                     .withValueSerde(Serdes.Long()));
-            if (args.emitOnClose) {
+            if (args.emit.equals("none")) {
+                throw new IllegalArgumentException("--emit none is for the word count; the windowed count emits update or close");
+            }
+            if (args.emit.equals("close")) {
                 counts = counts.suppress(Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded()));
             }
             counts.toStream((window, count) -> window.key() + "@" + window.window().start())
