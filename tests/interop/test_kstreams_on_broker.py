@@ -18,7 +18,7 @@ import signal
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -98,7 +98,7 @@ def produce(bootstrap: str, topic: str, records: list[tuple[str, str, int]]) -> 
     assert producer.flush(30) == 0
 
 
-def read_all(bootstrap: str, topic: str) -> list[tuple[str, str]]:
+def read_all(bootstrap: str, topic: str, value: Callable[[bytes], str] = bytes.decode) -> list[tuple[str, str]]:
     """Every (key, value) of ``topic``, read to its end with read_committed."""
     consumer = Consumer({
         "bootstrap.servers": bootstrap, "group.id": f"{topic}-reader", "enable.auto.commit": False,
@@ -117,7 +117,7 @@ def read_all(bootstrap: str, topic: str) -> list[tuple[str, str]]:
                 assert error.code() == KafkaError._PARTITION_EOF, error
                 at_end.add(message.partition())
                 continue
-            records.append((message.key().decode(), message.value().decode()))
+            records.append((message.key().decode(), value(message.value())))
         return records
     finally:
         consumer.close()
@@ -189,6 +189,19 @@ def test_word_count_equals_the_counted_input(
     assert {name: e.value for name, e in entries.items() if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value} == {
         "cleanup.policy": "compact", "message.timestamp.type": "CreateTime",
     }
+
+
+def test_word_count_emitting_nothing_keeps_its_counts_in_the_changelog(
+    broker: BrokerProcess, peers: list[Peer], tmp_path: Path, unique: str
+) -> None:
+    # --emit none (table_bench's peer, beside a streamkit agent counting into a table): no
+    # output, the counts in the store's changelog (8-byte big-endian longs).
+    records = words(31)
+    produce(broker.bootstrap, f"{unique}-in", [(word, word, ts) for word, ts in records])
+    assert run_peer(peers, tmp_path, broker, "WordCount", unique, "at_least_once", {"emit": "none"}) == []
+    changelog = read_all(broker.bootstrap, f"{unique}-word-counts-changelog",
+                         lambda raw: str(int.from_bytes(raw, "big")))
+    assert last_counts(changelog) == Counter(word for word, _ts in records)
 
 
 def test_the_peer_stops_on_sigterm_after_committing_its_work(
