@@ -19,7 +19,17 @@ count in a table with ``default=int``:
 4. ``raw``: no framework: an aiokafka consumer against the same broker, each record's key and
    value decoded (UTF-8, as the ``str`` serde does), then ``get`` + ``put`` of the count in a
    rocksdict ``Rdict`` (raw mode, streamkit's store options), offsets committed every second.
-   No changelog, no cache: the per-record work a table cannot avoid.
+   No changelog, no cache: the per-record work a table cannot avoid;
+5. ``kstreams``, ``kstreams-eos`` (not in the default ``--only``): the Kafka Streams 4.4 peer
+   (``interop/kafka-streams``' ``WordCount --emit none``, ``kstreams_peer.py``):
+   ``groupByKey().count()`` into a RocksDB store with its changelog, nothing downstream, one
+   stream thread, commit every second, at-least-once or ``exactly_once_v2``; a JVM subprocess
+   whose CPU-seconds are the whole process's (start-up included; the part until it was RUNNING
+   is reported too). Checked from its changelog.
+
+``--broker streamkit,kafka`` runs every variant that needs a broker against ``streamkit broker``
+and then against a one-node Apache Kafka (``tests/support/kafka.py``), each loaded with the same
+input; the Kafka runs are labelled ``variant@kafka``.
 
 Loading is not timed. A run's clock starts when the worker (or the subprocess) is started and
 stops when every record is processed and committed: for streamkit when the agents' commit
@@ -41,6 +51,7 @@ table is restored (``worker.state_manager.restores``, polled every 2 ms); group 
     python benchmarks/table_bench.py                                   # 1M records, 1M keys, 3 runs
     python benchmarks/table_bench.py --records 200000 --keys 200000 --repeat 1 --faust-records 50000
     python benchmarks/table_bench.py --only embedded,broker --profile  # cProfile streamkit
+    python benchmarks/table_bench.py --only broker,raw,kstreams,kstreams-eos --broker streamkit,kafka
 
 Goals: streamkit through the broker >= 10x faust-streaming's events/s and >= 50% of
 the raw loop's; a clean restart recovers >= 20x faster than a full replay; a full replay of

@@ -34,6 +34,19 @@ The variants (each a fresh consumer group, output topic and state dir):
    ``within`` are read with a range iterator and each pair is produced; records older than
    stream time - within - grace are deleted; flush + commit every second.
 
+8. ``count-kstreams``, ``count-kstreams-eos``, ``join-kstreams``, ``join-kstreams-eos`` (not in
+   the default ``--only``): the Kafka Streams 4.4 peers (``interop/kafka-streams``,
+   ``kstreams_peer.py``), one stream thread, commit every second, at-least-once or
+   ``exactly_once_v2``: ``WindowedCount --emit close`` (``windowedBy(TimeWindows
+   .ofSizeWithNoGrace(size)).count()`` then ``suppress(untilWindowCloses)``: each window once, as
+   streamkit's ``emit="close"``; key ``user@start``) and ``WindowedJoin``
+   (``JoinWindows.ofTimeDifferenceAndGrace(within, grace)``, inner). Their CPU-seconds are the
+   whole JVM's, start-up included (the part until it was RUNNING is reported too).
+
+``--broker streamkit,kafka`` runs the variants against ``streamkit broker`` and then against a
+one-node Apache Kafka (``tests/support/kafka.py``), each loaded with the same input; the Kafka
+runs are labelled ``variant@kafka``.
+
 The join's grace (``--join-grace-s``, by default the whole input's span) keeps every record
 joinable however far one input is read ahead of the other: every variant then owes exactly the
 pairs the input holds, so the results can be compared exactly.
@@ -50,6 +63,8 @@ join's pairs (exactly the expected ones). A run that fails a check gets a note.
     python benchmarks/window_bench.py                        # full size, 3 runs, faust once on 200k
     python benchmarks/window_bench.py --events 100000 --join-events 50000 --repeat 1 --faust-events 20000
     python benchmarks/window_bench.py --only count-streamkit --profile      # cProfile streamkit
+    python benchmarks/window_bench.py --broker streamkit,kafka --only \
+        count-streamkit,count-raw,count-kstreams,count-kstreams-eos,join-streamkit,join-raw,join-kstreams,join-kstreams-eos
 
 Goals (issue 10): streamkit >= 10x faust-streaming, ahead of Quix Streams, >= 50% of the raw
 loop (end-to-end events/s, medians).
