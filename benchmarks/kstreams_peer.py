@@ -62,8 +62,14 @@ EXIT_TIMEOUT_S = 60.0
 class KafkaBroker:
     """A one-node Apache Kafka (KRaft) on loopback, shaped like ``engine_bench.Broker``."""
 
-    def __init__(self, data_dir: Path) -> None:
-        self.cluster = KafkaCluster(data_dir, nodes=1, heap=KAFKA_HEAP).start()
+    def __init__(self, children: Children, data_dir: Path) -> None:
+        # No retention by time: the window benchmark's input carries 2023 timestamps, which
+        # Kafka's default 7 days would delete under a running app (streamkit broker keeps them).
+        self.cluster = KafkaCluster(data_dir, nodes=1, heap=KAFKA_HEAP, **{"log.retention.ms": "-1"})
+        try:
+            self.cluster.start()
+        finally:  # stop_all ends the node if the benchmark stops early
+            children.procs.extend(p for p in self.cluster.procs if p is not None)
         self.bootstrap = self.cluster.bootstrap
         self.url = f"kafka://{self.bootstrap}"
 
@@ -81,8 +87,11 @@ class KafkaBroker:
             return f"Apache Kafka exited with {proc.returncode}\n{self.cluster.logs()}"
         return None
 
-    def close(self) -> None:
+    def close(self, children: Children) -> None:
         self.cluster.close()
+        for proc in self.cluster.procs:
+            if proc in children.procs:
+                children.procs.remove(proc)
 
 
 AnyBroker = Broker | KafkaBroker
@@ -103,7 +112,7 @@ class PeerRun(Run):
 def open_broker(kind: str, children: Children, work_dir: Path) -> AnyBroker:
     """Start the ``kind`` broker (one of ``BROKERS``) with its data under ``work_dir``."""
     if kind == "kafka":
-        return KafkaBroker(work_dir / "kafka")
+        return KafkaBroker(children, work_dir / "kafka")
     if kind == "streamkit":
         (work_dir / "streamkit").mkdir(parents=True, exist_ok=True)
         return Broker(children, work_dir / "streamkit" / "broker")
@@ -112,7 +121,7 @@ def open_broker(kind: str, children: Children, work_dir: Path) -> AnyBroker:
 
 def close_broker(broker: AnyBroker, children: Children) -> None:
     if isinstance(broker, KafkaBroker):
-        broker.close()
+        broker.close(children)
     else:
         Children.stop(broker.proc)
         children.procs.remove(broker.proc)
