@@ -7,7 +7,9 @@ as fast as it can (``acks=all``), then ``ConsumerPerformance`` (``kafka-consumer
 reads them back in a new group. Both are the tools' own figures (records/s, MB/s, latency
 percentiles; the consumer's rate over its fetch time, the group join left out); beside them the
 broker's CPU-seconds over each phase, from /proc, so the broker's cost per record shows too.
-Medians of ``--repeat`` runs; ratios streamkit broker / Apache Kafka from the same run.
+Medians of ``--repeat`` runs after ``--warmup`` runs that are printed but not counted (a fresh
+JVM's broker speeds up threefold over its first runs as its code is compiled); ratios streamkit
+broker / Apache Kafka from the same run.
 
     python benchmarks/kafka_perf.py                                  # 2M records of 100 B, 3 runs
     python benchmarks/kafka_perf.py --records 200000 --repeat 1      # a quick look
@@ -111,12 +113,15 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=2_000_000, help="records produced and consumed per run")
     parser.add_argument("--record-size", type=int, default=100, help="bytes per record value")
     parser.add_argument("--repeat", type=int, default=3, help="runs per broker (the median is reported)")
+    parser.add_argument("--warmup", type=int, default=1, help="runs per broker before those, not counted")
     parser.add_argument("--broker", default="streamkit,kafka", help="streamkit, kafka (Apache Kafka) or both")
     parser.add_argument("--dir", type=Path, default=None, help="where the temp dir goes (default: system temp)")
     args = parser.parse_args()
     for name in ("records", "record_size", "repeat"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.warmup < 0:
+        parser.error("--warmup must not be negative")
     try:
         kinds = parse_brokers(args.broker)
     except ValueError as exc:
@@ -129,10 +134,12 @@ def main() -> None:
         print(f"{args.records:,} records of {args.record_size} B, acks=all; {machine_note()}; in {base}")
         for kind in kinds:
             broker = open_broker(kind, children, base / f"broker-{kind}")
-            for i in range(args.repeat):
+            for i in range(args.warmup + args.repeat):
                 perf = one_run(broker, f"perf-{i}", args.records, args.record_size)
-                results.setdefault(kind, []).append(perf)
-                print(f"  {kind:<10} produce {perf.produce_rate:>10,.0f} rec/s (p99 {perf.p99_ms:.0f} ms, broker CPU "
+                warmup = i < args.warmup
+                if not warmup:
+                    results.setdefault(kind, []).append(perf)
+                print(f"  {kind:<10} {'(warm-up) ' if warmup else ''}produce {perf.produce_rate:>10,.0f} rec/s (p99 {perf.p99_ms:.0f} ms, broker CPU "
                       f"{perf.produce_broker_cpu_s:.1f} s)  consume {perf.consume_rate:>10,.0f} rec/s (broker CPU "
                       f"{perf.consume_broker_cpu_s:.1f} s)", flush=True)
             close_broker(broker, children)
