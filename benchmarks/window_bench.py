@@ -132,6 +132,10 @@ QUIX_VENV = HERE / ".data" / "venv-quix"
 QUIX_REQUIREMENTS = HERE / "requirements-quix.txt"
 T0 = 1_700_000_000_000  # a round minute, so windows are aligned the same way everywhere
 LOAD_BATCH = 2000
+# The input's event times are in 2023: a broker's default 7-day retention by time would delete
+# the inputs, and the outputs that carry their times (windows, joined pairs), under a run or
+# before its check (streamkit broker did, to an exactly-once peer's output).
+KEEP = {"retention.ms": "-1"}
 SUB_POLL_S = 0.2
 COUNT = ("count-streamkit", "count-faust", "count-quix", "count-raw", "count-kstreams", "count-kstreams-eos")
 JOIN = ("join-streamkit", "join-quix", "join-raw", "join-kstreams", "join-kstreams-eos")
@@ -179,7 +183,7 @@ def placed(n: int, record: Any) -> Iterator[tuple[int, list[tuple[bytes, bytes, 
 
 
 async def load(bootstrap: str, topic: str, n: int, record: Any) -> None:
-    await create_topics(bootstrap, [topic])
+    await create_topics(bootstrap, [topic], KEEP)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_batch_size=1024 * 1024)
     await producer.start()
     try:
@@ -718,7 +722,7 @@ def main() -> None:
                         continue
                     tag = f"{variant}-{kind}-{i}"
                     out_topic = f"out-{tag}"
-                    asyncio.run(create_topics(broker.bootstrap, [out_topic]))
+                    asyncio.run(create_topics(broker.bootstrap, [out_topic], KEEP))
                     gc.collect()
                     run = asyncio.run(one_run(variant, tag, out_topic, s, broker, children, base, args, fpython,
                                               qpython))
