@@ -66,6 +66,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError
 
 import streamkit as sk
 from streamkit._core.partitioner import partition_for_key
@@ -133,7 +134,7 @@ class Run:
         broker = "" if self.broker_cpu_s is None else f"  broker CPU {self.broker_cpu_s:6.1f} s"
         extra = f"  [{self.note}]" if self.note else ""
         steady = f"{self.steady_rate:>10,.0f}" if self.steady_rate else f"{'-':>10}"
-        return (f"  {self.variant:<10} {self.total_rate:>10,.0f} ev/s end-to-end ({self.total_s:6.2f} s)  "
+        return (f"  {self.variant:<18} {self.total_rate:>10,.0f} ev/s end-to-end ({self.total_s:6.2f} s)  "
                 f"{steady} ev/s steady  CPU {self.cpu_s:6.1f} s{broker}{extra}")
 
 
@@ -363,6 +364,35 @@ async def group_committed(bootstrap: str, group: str, topic: str) -> int:
     finally:
         await admin.close()
     return sum(meta.offset for tp, meta in offsets.items() if tp.topic == topic and meta.offset > 0)
+
+
+class CommittedOffsets:
+    """Sum of a group's committed offsets on its input topics (OffsetFetch), for the poller."""
+
+    def __init__(self, bootstrap: str, group: str, *topics: str) -> None:
+        self._admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        self._group = group
+        self._topics = set(topics)
+        self._last = 0
+
+    async def __aenter__(self) -> CommittedOffsets:
+        await self._admin.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._admin.close()
+
+    async def count(self) -> int:
+        """The sum now; the last one seen while the group's coordinator is not ready yet (a
+        fresh Apache Kafka creates its offsets topic when first asked for a coordinator)."""
+        try:
+            offsets = await self._admin.list_consumer_group_offsets(self._group)
+        except KafkaError as exc:
+            if not exc.retriable:
+                raise
+            return self._last
+        self._last = sum(m.offset for tp, m in offsets.items() if tp.topic in self._topics and m.offset > 0)
+        return self._last
 
 
 class EndOffsets:

@@ -19,7 +19,17 @@ count in a table with ``default=int``:
 4. ``raw``: no framework: an aiokafka consumer against the same broker, each record's key and
    value decoded (UTF-8, as the ``str`` serde does), then ``get`` + ``put`` of the count in a
    rocksdict ``Rdict`` (raw mode, streamkit's store options), offsets committed every second.
-   No changelog, no cache: the per-record work a table cannot avoid.
+   No changelog, no cache: the per-record work a table cannot avoid;
+5. ``kstreams``, ``kstreams-eos`` (not in the default ``--only``): the Kafka Streams 4.4 peer
+   (``interop/kafka-streams``' ``WordCount --emit none``, ``kstreams_peer.py``):
+   ``groupByKey().count()`` into a RocksDB store with its changelog, nothing downstream, one
+   stream thread, commit every second, at-least-once or ``exactly_once_v2``; a JVM subprocess
+   whose CPU-seconds are the whole process's (start-up included; the part until it was RUNNING
+   is reported too). Checked from its changelog.
+
+``--broker streamkit,kafka`` runs every variant that needs a broker against ``streamkit broker``
+and then against a one-node Apache Kafka (``tests/support/kafka.py``), each loaded with the same
+input; the Kafka runs are labelled ``variant@kafka``.
 
 Loading is not timed. A run's clock starts when the worker (or the subprocess) is started and
 stops when every record is processed and committed: for streamkit when the agents' commit
@@ -41,6 +51,7 @@ table is restored (``worker.state_manager.restores``, polled every 2 ms); group 
     python benchmarks/table_bench.py                                   # 1M records, 1M keys, 3 runs
     python benchmarks/table_bench.py --records 200000 --keys 200000 --repeat 1 --faust-records 50000
     python benchmarks/table_bench.py --only embedded,broker --profile  # cProfile streamkit
+    python benchmarks/table_bench.py --only broker,raw,kstreams,kstreams-eos --broker streamkit,kafka
 
 Goals: streamkit through the broker >= 10x faust-streaming's events/s and >= 50% of
 the raw loop's; a clean restart recovers >= 20x faster than a full replay; a full replay of
@@ -69,13 +80,12 @@ from pathlib import Path
 
 import rocksdict
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
 from engine_bench import (
     PARTITIONS,
     POLL_S,
     RUN_TIMEOUT_S,
-    Broker,
     Children,
+    CommittedOffsets,
     Medians,
     Progress,
     Run,
@@ -88,6 +98,15 @@ from engine_bench import (
     poll_until_done,
     proc_cpu_s,
     profiled,
+)
+from kstreams_peer import (
+    AnyBroker,
+    close_broker,
+    delete_app_topics,
+    open_broker,
+    parse_brokers,
+    report_start,
+    run_peer,
 )
 
 import streamkit as sk
@@ -102,9 +121,11 @@ FAUST_POLL_S = 0.2
 RESTORE_POLL_S = 0.002
 RECOVERY_APP = "bench-recovery"
 RECOVERY_IN = "recovery-in"
-COUNTING = ("embedded", "broker", "faust", "raw")
+KSTREAMS = ("kstreams", "kstreams-eos")
+COUNTING = ("embedded", "broker", "faust", "raw", *KSTREAMS)
 RECOVERY = ("recover-embedded", "recover-broker")
 VARIANTS = COUNTING + RECOVERY
+BROKERLESS = ("embedded", "recover-embedded")
 
 
 # -- the input ---------------------------------------------------------------------------------
@@ -164,11 +185,12 @@ def json_key(raw: bytes) -> bytes:
 
 
 async def changelog_latest(
-    bootstrap: str, topic: str, key_of: Callable[[bytes], bytes] = bytes
+    bootstrap: str, topic: str, key_of: Callable[[bytes], bytes] = bytes, value_of: Callable[[bytes], int] = int
 ) -> dict[bytes, int]:
-    """The latest value of each key of ``topic`` (values are ints as text, which is their JSON)."""
+    """The latest value of each key of ``topic`` (by default ints as text, which is their JSON)."""
+    # read_committed: an exactly-once app's aborted writes are not its output
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                                max_partition_fetch_bytes=4 * 1024 * 1024)
+                                max_partition_fetch_bytes=4 * 1024 * 1024, isolation_level="read_committed")
     await consumer.start()
     try:
         tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
@@ -187,32 +209,12 @@ async def changelog_latest(
                     if r.value is None:
                         latest.pop(key, None)
                     else:
-                        latest[key] = int(r.value)
+                        latest[key] = value_of(r.value)
             if time.perf_counter() > deadline:
                 raise TimeoutError(f"could not read {topic} to its end")
         return latest
     finally:
         await consumer.stop()
-
-
-class CommittedOffsets:
-    """Sum of a group's committed offsets on a topic (OffsetFetch), for the poller."""
-
-    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
-        self._admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-        self._group = group
-        self._topic = topic
-
-    async def __aenter__(self) -> CommittedOffsets:
-        await self._admin.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._admin.close()
-
-    async def count(self) -> int:
-        offsets = await self._admin.list_consumer_group_offsets(self._group)
-        return sum(m.offset for tp, m in offsets.items() if tp.topic == self._topic and m.offset > 0)
 
 
 # -- the counting variants -------------------------------------------------------------------------
@@ -243,7 +245,7 @@ def processed(worker: Worker) -> int:
 
 
 async def run_streamkit(
-    variant: str, url: str, in_topic: str, n: int, tag: str, broker: Broker | None, state_dir: Path,
+    variant: str, url: str, in_topic: str, n: int, tag: str, broker: AnyBroker | None, state_dir: Path,
     expected: dict[bytes, int],
 ) -> Run:
     run = Run(variant, n)
@@ -288,7 +290,7 @@ async def run_streamkit(
     return run
 
 
-async def run_raw(broker: Broker, in_topic: str, n: int, tag: str, db_dir: Path, expected: dict[bytes, int]) -> Run:
+async def run_raw(broker: AnyBroker, in_topic: str, n: int, tag: str, db_dir: Path, expected: dict[bytes, int]) -> Run:
     """The ceiling: aiokafka consumer, decode, rocksdict get + put per record."""
     run = Run("raw", n)
     broker_cpu = broker.cpu_s()
@@ -338,7 +340,7 @@ async def run_raw(broker: Broker, in_topic: str, n: int, tag: str, db_dir: Path,
 
 
 async def run_faust(
-    children: Children, broker: Broker, python: Path, in_topic: str, n: int, tag: str, work_dir: Path,
+    children: Children, broker: AnyBroker, python: Path, in_topic: str, n: int, tag: str, work_dir: Path,
     expected: dict[bytes, int],
 ) -> Run:
     run = Run("faust", n)
@@ -389,6 +391,26 @@ async def run_faust(
     return run
 
 
+async def run_kstreams(
+    variant: str, children: Children, broker: AnyBroker, in_topic: str, n: int, tag: str, work_dir: Path,
+    expected: dict[bytes, int],
+) -> Run:
+    """The Kafka Streams peer ``WordCount --emit none``: ``groupByKey().count()`` into a RocksDB
+    store and its changelog, nothing downstream (as the streamkit agent). The changelog's latest
+    count of each word (an 8-byte big-endian long) must be the expected one."""
+    out_topic = f"out-{tag}"  # the peer requires one; --emit none writes nothing to it
+    await create_topics(broker.bootstrap, [out_topic])
+    args = {"output": out_topic, "emit": "none"}
+    run = await run_peer(variant, "WordCount", children, broker, args, [in_topic], n, work_dir, tag)
+    changelog = f"bench-{tag}-word-counts-changelog"
+    latest = await changelog_latest(broker.bootstrap, changelog, value_of=lambda raw: int.from_bytes(raw, "big"))
+    run.note = "; ".join(x for x in (run.note, compare(latest, expected, "changelog")) if x)
+    await delete_topic(broker.bootstrap, out_topic)
+    await delete_app_topics(broker.bootstrap, f"bench-{tag}")
+    shutil.rmtree(work_dir / "state" / tag, ignore_errors=True)
+    return run
+
+
 # -- recovery ------------------------------------------------------------------------------------
 
 
@@ -415,7 +437,7 @@ def per_second(count: float, seconds: float) -> str:
 
 
 async def run_recovery(
-    variant: str, url: str, m: int, case: str, state_dir: Path, broker: Broker | None, check: bool
+    variant: str, url: str, m: int, case: str, state_dir: Path, broker: AnyBroker | None, check: bool
 ) -> Recovery:
     result = Recovery(variant, case, m)
     app, counts = streamkit_app(RECOVERY_APP, url, RECOVERY_IN)
@@ -485,7 +507,10 @@ def main() -> None:
     parser.add_argument("--faust-records", type=int, default=None,
                         help="records for the faust runs (default: --records; it is a rate, and faust is slow)")
     parser.add_argument("--faust-repeat", type=int, default=1, help="runs of faust (default 1)")
-    parser.add_argument("--only", default=",".join(VARIANTS), help=f"comma-separated subset of {','.join(VARIANTS)}")
+    parser.add_argument("--only", default=",".join(v for v in VARIANTS if v not in KSTREAMS),
+                        help=f"comma-separated subset of {','.join(VARIANTS)} (default: all but the Kafka Streams peers)")
+    parser.add_argument("--broker", default="streamkit",
+                        help="the broker(s) the apps run against, in turn: streamkit, kafka (Apache Kafka) or both")
     parser.add_argument("--faust-python", default=None, help="a python with faust-streaming (skips the venv)")
     parser.add_argument("--profile", action="store_true", help="cProfile the streamkit runs (slows them)")
     parser.add_argument("--profile-dir", type=Path, default=HERE / ".data" / "profiles")
@@ -495,6 +520,10 @@ def main() -> None:
     unknown = set(only) - set(VARIANTS)
     if unknown:
         parser.error(f"unknown variants {sorted(unknown)}: use {','.join(VARIANTS)}")
+    try:
+        kinds = parse_brokers(args.broker)
+    except ValueError as exc:
+        parser.error(str(exc))
     for name in ("records", "words", "keys", "repeat", "faust_repeat"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -510,13 +539,13 @@ def main() -> None:
     children = Children()
     base = Path(tempfile.mkdtemp(prefix="table-bench-", dir=args.dir))
     previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    counting: dict[str, list[Run]] = {v: [] for v in only if v in COUNTING}
+    counting: dict[str, list[Run]] = {}
     recovery: dict[tuple[str, str], list[Recovery]] = {}
     try:
         print(f"{n:,} records over {args.words:,} words, {PARTITIONS} partitions; recovery of {m:,} keys; "
               f"{machine_note()}; in {base}")
         # faust reads the broker's input when it counts as many records, else a topic of its own.
-        faust_in = "words" if faust_n == n and set(only) & {"broker", "raw"} else "words-faust"
+        faust_in = "words" if faust_n == n and set(only) & {"broker", "raw", *KSTREAMS} else "words-faust"
         embedded_dir = base / "embedded"
         if "embedded" in only:
             started = time.perf_counter()
@@ -527,54 +556,67 @@ def main() -> None:
             started = time.perf_counter()
             load_recovery_embedded(recovery_dir, m)
             print(f"  loaded the embedded changelog of {m:,} keys in {time.perf_counter() - started:.1f} s")
-        broker: Broker | None = None
-        if set(only) - {"embedded", "recover-embedded"}:
-            broker = Broker(children, base / "broker")
-            started = time.perf_counter()
-            if set(only) & {"broker", "raw"}:
-                asyncio.run(load_broker(broker.bootstrap, "words", n, words.of, words.of))
-            if "faust" in only and faust_in != "words":
-                asyncio.run(load_broker(broker.bootstrap, faust_in, faust_n, words.of, words.of))
-            if "recover-broker" in only:
-                asyncio.run(load_recovery_broker(broker.bootstrap, m))
-            print(f"  broker on {broker.bootstrap}; loaded its input in {time.perf_counter() - started:.1f} s")
-        for i in range(max(args.repeat, args.faust_repeat if "faust" in only else 0)):
-            for variant in only:
-                if (variant == "faust" and i >= args.faust_repeat) or (variant != "faust" and i >= args.repeat):
-                    continue
-                tag = f"{variant}-{i}"
-                gc.collect()
-                if variant == "embedded":
-                    with profiled(args.profile, tag, args.profile_dir, 30, "table"):
-                        run = asyncio.run(run_streamkit(variant, f"file://{embedded_dir}", "words", n, tag, None,
-                                                        base / "state" / tag, expected))
-                elif variant == "broker":
-                    assert broker is not None
-                    with profiled(args.profile, tag, args.profile_dir, 30, "table"):
-                        run = asyncio.run(run_streamkit(variant, broker.url, "words", n, tag, broker,
-                                                        base / "state" / tag, expected))
-                elif variant == "faust":
-                    assert broker is not None and python is not None
-                    run = asyncio.run(run_faust(children, broker, python, faust_in, faust_n, tag, base,
-                                                faust_expected))
-                elif variant == "raw":
-                    assert broker is not None
-                    run = asyncio.run(run_raw(broker, "words", n, tag, base / f"raw-{tag}", expected))
-                else:
-                    url = f"file://{recovery_dir}" if variant == "recover-embedded" else (broker.url if broker else "")
-                    state_dir = base / "state" / variant
-                    for case in ("replay", "restart"):
-                        with profiled(args.profile, f"{tag}-{case}", args.profile_dir, 30, "table"):
-                            result = asyncio.run(run_recovery(
-                                variant, url, m, case, state_dir,
-                                broker if variant == "recover-broker" else None, check=i == 0,
-                            ))
-                        recovery.setdefault((variant, case), []).append(result)
-                        print(result.line(), flush=True)
-                    continue
-                shutil.rmtree(base / "state" / tag, ignore_errors=True)
-                counting[variant].append(run)
-                print(run.line(), flush=True)
+        on_broker = [v for v in only if v not in BROKERLESS]
+        for pass_number, kind in enumerate(kinds):
+            variants = [v for v in only if v in on_broker or pass_number == 0]
+            broker: AnyBroker | None = None
+            if on_broker:
+                started = time.perf_counter()
+                broker = open_broker(kind, children, base / f"broker-{kind}")
+                print(f"  {kind} broker on {broker.bootstrap}, up in {time.perf_counter() - started:.1f} s", flush=True)
+                started = time.perf_counter()
+                if set(only) & {"broker", "raw", *KSTREAMS}:
+                    asyncio.run(load_broker(broker.bootstrap, "words", n, words.of, words.of))
+                if "faust" in only and faust_in != "words":
+                    asyncio.run(load_broker(broker.bootstrap, faust_in, faust_n, words.of, words.of))
+                if "recover-broker" in only:
+                    asyncio.run(load_recovery_broker(broker.bootstrap, m))
+                print(f"  loaded its input in {time.perf_counter() - started:.1f} s", flush=True)
+            for i in range(max(args.repeat, args.faust_repeat if "faust" in only else 0)):
+                for variant in variants:
+                    if (variant == "faust" and i >= args.faust_repeat) or (variant != "faust" and i >= args.repeat):
+                        continue
+                    label = variant if variant in BROKERLESS or kind == "streamkit" else f"{variant}@{kind}"
+                    tag = f"{variant}-{kind}-{i}"
+                    gc.collect()
+                    if variant == "embedded":
+                        with profiled(args.profile, tag, args.profile_dir, 30, "table"):
+                            run = asyncio.run(run_streamkit(variant, f"file://{embedded_dir}", "words", n, tag, None,
+                                                            base / "state" / tag, expected))
+                    elif variant == "broker":
+                        assert broker is not None
+                        with profiled(args.profile, tag, args.profile_dir, 30, "table"):
+                            run = asyncio.run(run_streamkit(variant, broker.url, "words", n, tag, broker,
+                                                            base / "state" / tag, expected))
+                    elif variant == "faust":
+                        assert broker is not None and python is not None
+                        run = asyncio.run(run_faust(children, broker, python, faust_in, faust_n, tag, base,
+                                                    faust_expected))
+                    elif variant == "raw":
+                        assert broker is not None
+                        run = asyncio.run(run_raw(broker, "words", n, tag, base / f"raw-{tag}", expected))
+                    elif variant in KSTREAMS:
+                        assert broker is not None
+                        run = asyncio.run(run_kstreams(variant, children, broker, "words", n, tag, base, expected))
+                    else:
+                        url = f"file://{recovery_dir}" if variant == "recover-embedded" else (broker.url if broker else "")
+                        state_dir = base / "state" / f"{variant}-{kind}"
+                        for case in ("replay", "restart"):
+                            with profiled(args.profile, f"{tag}-{case}", args.profile_dir, 30, "table"):
+                                result = asyncio.run(run_recovery(
+                                    variant, url, m, case, state_dir,
+                                    broker if variant == "recover-broker" else None, check=i == 0,
+                                ))
+                            result.variant = label
+                            recovery.setdefault((label, case), []).append(result)
+                            print(result.line(), flush=True)
+                        continue
+                    shutil.rmtree(base / "state" / tag, ignore_errors=True)
+                    run.variant = label
+                    counting.setdefault(label, []).append(run)
+                    print(run.line(), flush=True)
+            if broker is not None:
+                close_broker(broker, children)
     finally:
         signal.signal(signal.SIGTERM, previous)
         children.stop_all()
@@ -589,12 +631,13 @@ def report(
     if medians:
         print(f"\nmedians ({n:,} records; faust {faust_n:,}); ev/CPU-s = records per CPU second of the"
               " counting process:")
-        print(f"  {'variant':<10} {'end-to-end ev/s':>16} {'steady ev/s':>12} {'ev/CPU-s':>10}   runs (end-to-end ev/s)")
+        print("  (a variant@kafka ran against Apache Kafka, the others against streamkit broker or embedded)")
+        print(f"  {'variant':<18} {'end-to-end ev/s':>16} {'steady ev/s':>12} {'ev/CPU-s':>10}   runs (end-to-end ev/s)")
         for variant, med in medians.items():
             each = ", ".join(f"{r.total_rate:,.0f}" for r in counting[variant])
             steady = f"{med.steady:>12,.0f}" if med.steady else f"{'-':>12}"
-            print(f"  {variant:<10} {med.total:>16,.0f} {steady} {med.per_cpu:>10,.0f}   {each}")
-        print(f"\n  {'ratio':<30} {'end-to-end':>10} {'steady':>10} {'per CPU-s':>10}")
+            print(f"  {variant:<18} {med.total:>16,.0f} {steady} {med.per_cpu:>10,.0f}   {each}")
+        print(f"\n  {'ratio':<36} {'end-to-end':>10} {'steady':>10} {'per CPU-s':>10}")
 
         def ratio(num: str, den: str, goal: float | None = None, as_x: bool = False) -> None:
             if num not in medians or den not in medians:
@@ -607,12 +650,22 @@ def report(
             if goal is not None and b.total:
                 text = f"{goal:.0f}x" if as_x else f"{goal:.0%}"
                 verdict = f"  goal >= {text} (end-to-end): {'met' if a.total / b.total >= goal else 'MISSED'}"
-            print(f"  {f'streamkit-{num} / {den}':<30} {cells[0]:>10} {cells[1]:>10} {cells[2]:>10}{verdict}")
+            name = num if num.startswith("kstreams") else f"streamkit-{num}"
+            print(f"  {f'{name} / {den}':<36} {cells[0]:>10} {cells[1]:>10} {cells[2]:>10}{verdict}")
 
-        ratio("broker", "faust", 10.0, as_x=True)
-        ratio("embedded", "faust", as_x=True)
-        ratio("broker", "raw", 0.5)
-        ratio("embedded", "raw")
+        for on in ("", "@kafka"):
+            ratio(f"broker{on}", f"faust{on}", 10.0, as_x=True)
+            if not on:
+                ratio("embedded", "faust", as_x=True)
+            ratio(f"broker{on}", f"raw{on}", 0.5)
+            if not on:
+                ratio("embedded", "raw")
+            for peer in KSTREAMS:
+                ratio(f"broker{on}", f"{peer}{on}", as_x=True)
+                ratio(f"{peer}{on}", f"raw{on}")
+        for variant in ("broker", "raw", *KSTREAMS):  # the same app on Apache Kafka / on streamkit broker
+            ratio(f"{variant}@kafka", variant)
+    report_start(counting)
     if recovery:
         print(f"\nrecovery of {m:,} keys (medians; start -> restored, group join included):")
         for (variant, case), results in recovery.items():

@@ -18,7 +18,7 @@ import signal
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -98,7 +98,7 @@ def produce(bootstrap: str, topic: str, records: list[tuple[str, str, int]]) -> 
     assert producer.flush(30) == 0
 
 
-def read_all(bootstrap: str, topic: str) -> list[tuple[str, str]]:
+def read_all(bootstrap: str, topic: str, value: Callable[[bytes], str] = bytes.decode) -> list[tuple[str, str]]:
     """Every (key, value) of ``topic``, read to its end with read_committed."""
     consumer = Consumer({
         "bootstrap.servers": bootstrap, "group.id": f"{topic}-reader", "enable.auto.commit": False,
@@ -117,7 +117,7 @@ def read_all(bootstrap: str, topic: str) -> list[tuple[str, str]]:
                 assert error.code() == KafkaError._PARTITION_EOF, error
                 at_end.add(message.partition())
                 continue
-            records.append((message.key().decode(), message.value().decode()))
+            records.append((message.key().decode(), value(message.value())))
         return records
     finally:
         consumer.close()
@@ -140,6 +140,26 @@ def run_peer(
         return read_all(broker.bootstrap, f"{unique}-out")
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{peer.stderr()}") from exc
+
+
+def placements(bootstrap: str, topic: str) -> list[tuple[int, str, int]]:
+    """(partition, key, timestamp) of every record of ``topic``, as the producer placed them."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-placements",
+                         "enable.auto.commit": False, "enable.partition.eof": True})
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        out: list[tuple[int, str, int]] = []
+        at_end: set[int] = set()
+        while len(at_end) < PARTITIONS:
+            message = consumer.poll(10)
+            assert message is not None, f"no end of {topic} in 10 s"
+            if message.error() is not None:
+                at_end.add(message.partition())
+                continue
+            out.append((message.partition(), message.key().decode(), message.timestamp()[1]))
+        return out
+    finally:
+        consumer.close()
 
 
 def last_counts(records: list[tuple[str, str]]) -> dict[str, int]:
@@ -169,6 +189,19 @@ def test_word_count_equals_the_counted_input(
     assert {name: e.value for name, e in entries.items() if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value} == {
         "cleanup.policy": "compact", "message.timestamp.type": "CreateTime",
     }
+
+
+def test_word_count_emitting_nothing_keeps_its_counts_in_the_changelog(
+    broker: BrokerProcess, peers: list[Peer], tmp_path: Path, unique: str
+) -> None:
+    # --emit none (table_bench's peer, beside a streamkit agent counting into a table): no
+    # output, the counts in the store's changelog (8-byte big-endian longs).
+    records = words(31)
+    produce(broker.bootstrap, f"{unique}-in", [(word, word, ts) for word, ts in records])
+    assert run_peer(peers, tmp_path, broker, "WordCount", unique, "at_least_once", {"emit": "none"}) == []
+    changelog = read_all(broker.bootstrap, f"{unique}-word-counts-changelog",
+                         lambda raw: str(int.from_bytes(raw, "big")))
+    assert last_counts(changelog) == Counter(word for word, _ts in records)
 
 
 def test_the_peer_stops_on_sigterm_after_committing_its_work(
@@ -234,3 +267,26 @@ def test_inner_windowed_join_pairs_exactly_the_records_within_the_window(
         "right": f"{unique}-right", "within-ms": str(JOIN_WITHIN_MS), "grace-ms": str(2 * RECORDS),
     })
     assert Counter(pairs) == Counter((user[i], f"l{i}|r{i}") for i in range(half))
+
+
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once_v2"])
+def test_windowed_count_emitting_on_close_writes_each_closed_window_once(
+    broker: BrokerProcess, peers: list[Peer], tmp_path: Path, unique: str, guarantee: str
+) -> None:
+    # --emit close (window_bench's peer): each window once, with its whole count, when its
+    # partition's stream time passes its end; the windows still open at the end stay unwritten.
+    records = words(27)
+    produce(broker.bootstrap, f"{unique}-in", [(word, word, ts) for word, ts in records])
+    stream_time: dict[int, int] = {}
+    partition_of: dict[str, int] = {}
+    for p, word, ts in placements(broker.bootstrap, f"{unique}-in"):
+        stream_time[p] = max(stream_time.get(p, 0), ts)
+        partition_of[word] = p
+    out = run_peer(peers, tmp_path, broker, "WindowedCount", unique, guarantee,
+                   {"window-ms": str(WINDOW_MS), "emit": "close"})
+    counts = Counter(f"{word}@{ts - ts % WINDOW_MS}" for word, ts in records)
+    closed = {w: c for w, c in counts.items()
+              if int(w.split("@")[1]) + WINDOW_MS <= stream_time[partition_of[w.split("@")[0]]]}
+    assert len(out) == len({key for key, _ in out}), "a window was written twice"
+    assert 0 < len(closed) < len(counts)
+    assert last_counts(out) == closed

@@ -48,8 +48,10 @@ def free_port() -> int:
 
 
 class KafkaCluster:
-    def __init__(self, root: Path, nodes: int = 1, **overrides: str) -> None:
+    def __init__(self, root: Path, nodes: int = 1, heap: str = HEAP, **overrides: str) -> None:
+        """``heap`` is each node's ``-Xmx`` flag: small for tests, larger for a benchmark."""
         self.root = root
+        self.heap = heap
         self.size = nodes
         self.overrides = overrides
         self.ports = [free_port() for _ in range(nodes)]
@@ -96,7 +98,7 @@ class KafkaCluster:
     def _java(self, i: int, *args: str) -> list[str]:
         log4j = self.node_dir(i) / "log4j2.properties"
         return [
-            "java", HEAP, "-Xms128m", "-XX:+UseSerialGC", f"-Dlog4j2.configurationFile={log4j}",
+            "java", self.heap, "-Xms128m", "-XX:+UseSerialGC", f"-Dlog4j2.configurationFile={log4j}",
             "-cp", classpath("kafka"), *args,
         ]
 

@@ -11,8 +11,10 @@ import org.apache.kafka.streams.StreamsConfig;
  * a bad one reported in one line (exit 2). Keys: bootstrap, application-id, input, output,
  * guarantee (at_least_once or exactly_once_v2), state-dir, commit-interval-ms, records (stop
  * after processing this many input records, of every input topic; 0: run until SIGTERM),
- * window-ms (the windowed count's window), right (the join's second input), within-ms and
- * grace-ms (the join's window each way and its grace).
+ * window-ms (the windowed count's window), emit (what a count writes to the output: update,
+ * every change of a count; close, each window once when stream time closes it; none, nothing:
+ * the table and its changelog only), right
+ * (the join's second input), within-ms and grace-ms (the join's window each way and its grace).
  */
 final class PeerArgs {
     final String bootstrap;
@@ -24,6 +26,7 @@ final class PeerArgs {
     final long commitIntervalMs;
     final long records;
     final long windowMs;
+    final String emit;
     final String right;
     final long withinMs;
     final long graceMs;
@@ -41,6 +44,10 @@ final class PeerArgs {
         commitIntervalMs = number(given, "commit-interval-ms", 1000);
         records = number(given, "records", 0);
         windowMs = number(given, "window-ms", 1000);
+        emit = given.getOrDefault("emit", "update");
+        if (!emit.equals("update") && !emit.equals("close") && !emit.equals("none")) {
+            throw new IllegalArgumentException("--emit must be update, close or none, not " + emit);
+        }
         right = given.getOrDefault("right", "");
         withinMs = number(given, "within-ms", 1000);
         graceMs = number(given, "grace-ms", 0);
