@@ -35,7 +35,9 @@ RECORDS = 3_000
 PARTITIONS = 3
 RUN_TIMEOUT_S = 150
 WINDOW_MS = 1_000
-BASE_TS = 1_700_000_000_000
+# Recent, on a round hour: the brokers' 7-day retention deletes records stamped further back,
+# and the peers' output topics (created by Kafka Streams) keep the broker's default.
+BASE_TS = (int(time.time() * 1000) // 3_600_000 - 2) * 3_600_000
 JOIN_USERS = 600
 JOIN_WITHIN_MS = 1_000
 
