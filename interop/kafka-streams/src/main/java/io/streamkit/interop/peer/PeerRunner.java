@@ -95,8 +95,9 @@ final class PeerRunner {
                 // SIGTERM arrived meanwhile: end as below
             }
         }
-        finished.countDown();
-        Runtime.getRuntime().halt(code); // a stop asked for and done is a clean exit, not 143
+        // A stop asked for and done is a clean exit, not 143: halt while the hook still holds
+        // the shutdown (once it returned, the JVM would exit with 143 before this line ran).
+        Runtime.getRuntime().halt(code);
     }
 
     private static volatile boolean printedRunning;
