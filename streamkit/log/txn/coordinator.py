@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from typing import Any, TypeVar
 
 from streamkit._core.clock import SYSTEM_CLOCK, Clock
 from streamkit._core.types import TopicPartition
@@ -46,6 +46,7 @@ RunBlocking = Callable[..., Awaitable[Any]]
 
 MAX_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms
 _MAX_EPOCH = 32_767
+_T = TypeVar("_T")
 
 
 class TransactionCoordinator:
@@ -69,6 +70,7 @@ class TransactionCoordinator:
         self._entries: dict[str, TxnEntry] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._save_lock = asyncio.Lock()
+        self._ending: set[asyncio.Future[Any]] = set()  # ``_to_the_end``'s work under way
         # transactional id -> group -> partition -> (offset, metadata), not yet committed
         self._pending: dict[str, dict[str, dict[TopicPartition, tuple[int, str]]]] = {}
 
@@ -100,6 +102,22 @@ class TransactionCoordinator:
                         logger.info("transaction of %r timed out", entry.transactional_id)
                         await self._complete(entry, commit=False, fence=True)
 
+    async def _to_the_end(self, work: Coroutine[Any, Any, _T]) -> _T:
+        """Run ``work`` to its end whatever becomes of the request that asked for it, as
+        Kafka's coordinator finishes a transaction once it decided its end: a requester
+        cancelled (a worker stopping mid-commit, a client gone) must not leave it half-ended
+        (PREPARE_COMMIT, some markers written), which every later request of its
+        transactional id would then find (CONCURRENT_TRANSACTIONS). A cancelled requester is
+        cancelled once the work is done."""
+        task = asyncio.ensure_future(work)
+        self._ending.add(task)
+        task.add_done_callback(self._ending.discard)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            await asyncio.wait([task])
+            raise
+
     def _lock(self, transactional_id: str) -> asyncio.Lock:
         lock = self._locks.get(transactional_id)
         if lock is None:
@@ -125,6 +143,9 @@ class TransactionCoordinator:
 
     async def init_producer_id(self, transactional_id: str, timeout_ms: int) -> tuple[TxnErrorCode, int, int]:
         """(error, producer id, epoch) for a transactional producer starting up."""
+        return await self._to_the_end(self._init_producer_id(transactional_id, timeout_ms))
+
+    async def _init_producer_id(self, transactional_id: str, timeout_ms: int) -> tuple[TxnErrorCode, int, int]:
         if not 0 < timeout_ms <= MAX_TIMEOUT_MS:
             return TxnErrorCode.INVALID_TRANSACTION_TIMEOUT, -1, -1
         async with self._lock(transactional_id):
@@ -244,6 +265,9 @@ class TransactionCoordinator:
         return held
 
     async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> TxnErrorCode:
+        return await self._to_the_end(self._end_txn(transactional_id, producer_id, epoch, commit))
+
+    async def _end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> TxnErrorCode:
         async with self._lock(transactional_id):
             entry = self._entries.get(transactional_id)
             if entry is not None and entry.producer_id == producer_id and entry.epoch == epoch:
