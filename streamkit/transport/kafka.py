@@ -494,6 +494,11 @@ class KafkaProducer:
                     await wait_for_partition(
                         self._kafka().client, tp[0], tp[1], f"cannot send to {tp[0]}-{tp[1]}", timeout_s=_METADATA_WAIT_S
                     )
+                    if self._holding():
+                        # A transaction began to end while this waited: aiokafka refuses a
+                        # batch between two. It goes first once the next one begins (_kick).
+                        self._ready.setdefault(tp, deque()).appendleft(batch)
+                        return
                     delivery = await self._kafka().send_batch(batch.builder, tp[0], partition=tp[1])
                 except Exception as exc:
                     # Whatever refuses this batch fails its records (flush and their acks
@@ -582,6 +587,7 @@ class KafkaTransactionalProducer(KafkaProducer):
         self._fenced = False  # aiokafka's producer is broken: abort_transaction replaces it
         self.fenced = False  # the log refused this producer once for a newer instance (sticky)
         self._touched = False  # a batch or offsets went into the open transaction
+        self._lost: TransportError | None = None  # a batch of the open transaction failed
 
     @property
     def transaction_open(self) -> bool:
@@ -598,6 +604,10 @@ class KafkaTransactionalProducer(KafkaProducer):
     def _fail(self, batch: _Batch, error: TransportError) -> None:
         if isinstance(error, ProducerFencedError):
             self.fenced = True
+        if self._lost is None and not self._ending:
+            # The transaction lost records: it must not commit, whoever's flush reports the
+            # failure (an aligned task flushes the producers of the others).
+            self._lost = error
         super()._fail(batch, error)
 
     def _sender_failed(self) -> bool:
@@ -645,6 +655,12 @@ class KafkaTransactionalProducer(KafkaProducer):
             if isinstance(exc.__cause__, ProducerFencedError):
                 raise ProducerFencedError(f"a send of the transaction was fenced: {exc.__cause__}") from exc
             raise TransactionAbortedError(f"a send of the transaction failed: {exc}") from exc
+        if self._lost is not None:
+            self._fenced = True  # aiokafka's transaction holds what it took: a new producer goes on
+            lost = self._lost
+            if isinstance(lost, ProducerFencedError):
+                raise ProducerFencedError(f"a send of the transaction was fenced: {lost}") from lost
+            raise TransactionAbortedError(f"a send of the transaction failed: {lost}") from lost
         if self._sender_failed():
             if self.fenced:
                 raise ProducerFencedError("the transaction did not commit, the producer was fenced")
@@ -710,6 +726,7 @@ class KafkaTransactionalProducer(KafkaProducer):
                 await super().start()
                 self._fenced = False
             self.aborts += 1
+            self._lost = None
             await self._begin()
         finally:
             self._ending = False

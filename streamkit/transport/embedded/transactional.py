@@ -67,9 +67,17 @@ class EmbeddedTransactionalProducer(EmbeddedProducer):
         self.aborts = 0
         self._fenced = False  # a newer epoch exists: abort_transaction takes one too
         self.fenced = False  # the log refused this producer once for a newer instance (sticky)
+        self._lost: TransportError | None = None  # a batch of the open transaction failed
 
     def _fence(self) -> None:
         self._fenced = self.fenced = True
+
+    def _fail(self, batch: BufferedBatch, error: TransportError) -> None:
+        # The transaction lost records: it must not commit, whoever's flush reports the failure
+        # (an aligned task flushes the producers of the others). An abort forgets it.
+        if self._lost is None:
+            self._lost = error
+        super()._fail(batch, error)
 
     def _txn_error(self, error: TxnErrorCode, what: str) -> TransportError:
         if error in _FENCES:
@@ -202,6 +210,11 @@ class EmbeddedTransactionalProducer(EmbeddedProducer):
         ``group_id``."""
         entries = with_metadata(offsets, metadata)
         await self.flush()
+        if self._lost is not None:
+            lost = self._lost
+            if isinstance(lost, ProducerFencedError):
+                raise ProducerFencedError(f"a send of the transaction was fenced: {lost}") from lost
+            raise TransactionAbortedError(f"a send of the transaction failed: {lost}") from lost
         coordinator = self._coordinator
         assert coordinator is not None
         if not self._in_txn and not offsets:
@@ -220,9 +233,22 @@ class EmbeddedTransactionalProducer(EmbeddedProducer):
                 error = next((e for e in errors.values() if e is not TxnErrorCode.NONE), TxnErrorCode.NONE)
             if error is not TxnErrorCode.NONE:
                 raise self._txn_error(error, "cannot add the offsets to the transaction")
-        error = await coordinator.end_txn(tid, pid, epoch, True)
+        end = asyncio.ensure_future(coordinator.end_txn(tid, pid, epoch, True))
+        try:
+            error = await asyncio.shield(end)
+        except asyncio.CancelledError:
+            # A stop cancelled this commit: the coordinator ends the transaction all the same
+            # (its ``_to_the_end``). Learn how, so that a commit after this one (the stop's
+            # last) does not take the partitions for still in a transaction.
+            await asyncio.wait([end])
+            if not end.cancelled() and end.exception() is None and end.result() is TxnErrorCode.NONE:
+                self._committed()
+            raise
         if error is not TxnErrorCode.NONE:
             raise self._txn_error(error, "the transaction did not commit")
+        self._committed()
+
+    def _committed(self) -> None:
         self._in_txn.clear()
         self._offsets_added = False
         self.commits += 1
@@ -254,6 +280,7 @@ class EmbeddedTransactionalProducer(EmbeddedProducer):
                 self._fenced = error is not TxnErrorCode.NONE
         self._in_txn.clear()
         self._offsets_added = False
+        self._lost = None
         self.aborts += 1
 
     async def aclose(self) -> None:

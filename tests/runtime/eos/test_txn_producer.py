@@ -102,6 +102,43 @@ async def test_records_handed_over_before_the_commit_are_in_it(log_url: str) -> 
     assert await _values(log_url, name, "read_committed") == [b"early"]
 
 
+async def test_a_transaction_that_lost_a_send_does_not_commit_whoever_saw_the_failure(log_url: str) -> None:
+    """A batch the log refused fails its transaction: the commit raises (the worker aborts and
+    redoes from the last commit) even though an earlier flush already reported the failure (an
+    aligned task flushes the other tasks' producers). Committed, the input's offsets would pass
+    records that are not in the log. The abort forgets the failure: the next commits go on."""
+    name = f"txn{next(_names)}"
+    tp_in = TopicPartition(f"{name}-in", 0)
+    client = open_log_client(log_url)
+    await client.start()
+    try:
+        await client.ensure_topic(name, 1, {"max.message.bytes": "4000"})
+        await client.ensure_topic(tp_in.topic, 1)
+        producer = client.transactional_producer(f"{name}-tid", timeout_ms=30_000)
+        await producer.start()
+        await producer.send(name, b"k", b"one", partition=0)
+        await producer.commit_transaction({tp_in: 1}, f"{name}-group")
+        await producer.send(name, b"k", b"lost", partition=0)
+        await producer.flush()
+        producer.send_nowait(name, 0, b"k", b"x" * 20_000, 1000)  # over max.message.bytes
+        with pytest.raises(TransportError):
+            await producer.flush()  # reported here, to whoever flushed
+        with pytest.raises(TransactionAbortedError):
+            await producer.commit_transaction({tp_in: 5}, f"{name}-group")
+        await producer.abort_transaction()
+        await producer.send(name, b"k", b"two", partition=0)
+        await producer.commit_transaction({tp_in: 6}, f"{name}-group")
+        assert (producer.commits, producer.aborts) == (2, 1)
+        await producer.aclose()
+        consumer = client.consumer(f"{name}-group")
+        committed = await consumer.committed(tp_in)
+        await consumer.aclose()
+    finally:
+        await client.aclose()
+    assert await _values(log_url, name, "read_committed") == [b"one", b"two"]
+    assert committed == 6
+
+
 @pytest.mark.timeout(30)  # the hang never yields to the loop: only pytest-timeout ends it
 @pytest.mark.parametrize("end", ["flush", "abort", "close"])
 async def test_a_producer_ends_right_after_an_ack(log_url: str, end: str) -> None:
