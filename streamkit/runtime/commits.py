@@ -130,6 +130,7 @@ class Committer:
         self._on_failure = on_failure
         self._failed = failed
         self._lock = asyncio.Lock()
+        self._running: set[asyncio.Future[dict[TopicPartition, int]]] = set()  # commits under way
         self.producer: Producer | None = None
         self.consumer: Consumer | None = None
         self.committed: dict[TopicPartition, int] = {}
@@ -176,7 +177,23 @@ class Committer:
         return positions
 
     async def commit(self, only: set[TopicPartition] | None = None) -> dict[TopicPartition, int]:
-        """Commit every processed position whose outputs are acknowledged; returns them."""
+        """Commit every processed position whose outputs are acknowledged; returns them.
+
+        A commit, once begun, runs to its end whatever becomes of its caller: one cut between
+        sending the tables' changes and storing them would leave them out of the stores,
+        while the next commit records a changelog offset past them there, so a restart
+        would not restore them (a stop cancels the commit loop: a window lost a record
+        so). A cancelled caller is cancelled at once; the next commit waits for this one."""
+        work = asyncio.ensure_future(self._commit(only))
+        self._running.add(work)
+        work.add_done_callback(self._running.discard)
+        try:
+            return await asyncio.shield(work)
+        except asyncio.CancelledError:
+            work.add_done_callback(_report_orphaned)
+            raise
+
+    async def _commit(self, only: set[TopicPartition] | None) -> dict[TopicPartition, int]:
         async with self._lock:
             if self._failed():
                 return {}  # after a lost output nothing may be committed, not even on stop
@@ -293,6 +310,12 @@ class Committer:
         """``tps`` left this worker: their last commit is another member's business now."""
         for tp in tps:
             self.committed.pop(tp, None)
+
+
+def _report_orphaned(work: asyncio.Future[dict[TopicPartition, int]]) -> None:
+    """The end of a commit whose caller was cancelled: its failure, said (not left unretrieved)."""
+    if not work.cancelled() and (exc := work.exception()) is not None:
+        logger.warning("a commit whose caller stopped waiting failed: %s", exc)
 
 
 async def _quiesce(tasks: TaskControl) -> None:

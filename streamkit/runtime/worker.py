@@ -619,13 +619,8 @@ class Worker:
 
     async def settle(self) -> bool:
         """Flush outputs and tell whether every fetched record was processed and nothing more
-        is waiting in the log for this worker (used by ``streamkit.testing``). Under
-        exactly-once, not while a transaction is open: its records are not visible yet to the
-        read_committed tasks that read them (a repartition topic's), so these would look
-        caught up while work is still on its way to them."""
-        if not await status.settle(self._producer, self._consumer, self._inboxes):
-            return False
-        return self.committer.open_transactions == 0
+        is waiting in the log for this worker (used by ``streamkit.testing``)."""
+        return await status.settle(self._producer, self._consumer, self._inboxes)
 
     def lag(self) -> dict[TopicPartition, int]:
         """Records not yet processed per assigned input partition (high watermark - position)."""
