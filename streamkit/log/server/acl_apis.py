@@ -1,4 +1,4 @@
-"""DescribeAcls (v1-v3): this broker has no authorizer, and answers as Kafka's does without one.
+"""DescribeAcls (v1, see ``apis.py``): this broker has no authorizer, and answers as Kafka's does without one.
 
 Kafka's ``AclApis.handleDescribeAcls`` with no authorizer configured answers SECURITY_DISABLED
 with "No Authorizer is configured on the broker"; its admin client raises

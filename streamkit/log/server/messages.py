@@ -781,7 +781,7 @@ class TxnOffsetCommitResponse:
 
 @dataclass(slots=True, kw_only=True)
 class DescribeAclsRequest:
-    """DescribeAcls request, api key 29: fields of v3 (v1-v3 decode into it)."""
+    """DescribeAcls request, api key 29: fields of v1 (v1-v1 decode into it)."""
 
     API_KEY: ClassVar[int] = 29
     resource_type_filter: int = 0
@@ -811,7 +811,7 @@ class DescribeAclsResource:
 
 @dataclass(slots=True, kw_only=True)
 class DescribeAclsResponse:
-    """DescribeAcls response, api key 29: fields of v3 (encodes as v1-v3)."""
+    """DescribeAcls response, api key 29: fields of v1 (encodes as v1-v1)."""
 
     API_KEY: ClassVar[int] = 29
     throttle_time_ms: int = 0
@@ -1178,7 +1178,7 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     25: (0, 1),
     26: (0, 1),
     28: (0, 3),
-    29: (1, 3),
+    29: (1, 1),
     32: (1, 2),
     33: (0, 2),
     35: (1, 4),
