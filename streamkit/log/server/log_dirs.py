@@ -38,8 +38,13 @@ async def describe_log_dirs(
     }
     log = state.log
     result = DescribeLogDirsResult(log_dir=str(Path(log.data_dir).absolute()))
+    # Listed here, as Metadata lists them: topics are created and deleted on this loop's behalf.
+    if wanted is None:
+        topics = log.list_topics()
+    else:
+        topics = sorted({tp.topic for tp in wanted if tp.topic not in INTERNAL_TOPICS and log.has_topic(tp.topic)})
     try:
-        sizes = await state.run_blocking(_sizes, log, wanted)
+        sizes = await state.run_blocking(_sizes, log, topics, wanted)
     except LogError as exc:  # the log closing under the request
         result.error_code = code_for(exc)
         return DescribeLogDirsResponse(results=[result])
@@ -59,13 +64,11 @@ async def describe_log_dirs(
     return DescribeLogDirsResponse(error_code=ErrorCode.NONE, results=[result])
 
 
-def _sizes(log: LogManager, wanted: set[TopicPartition] | None) -> dict[str, list[tuple[int, int]]]:
-    """topic -> [(partition, bytes in its segments)] for the partitions ``wanted`` (None: all)
-    that exist, in order (blocking: a partition not opened yet is opened)."""
-    if wanted is None:
-        topics = log.list_topics()
-    else:
-        topics = sorted({tp.topic for tp in wanted if tp.topic not in INTERNAL_TOPICS and log.has_topic(tp.topic)})
+def _sizes(
+    log: LogManager, topics: list[str], wanted: set[TopicPartition] | None
+) -> dict[str, list[tuple[int, int]]]:
+    """topic -> [(partition, bytes in its segments)] for the partitions of ``topics`` that are
+    ``wanted`` (None: all), in order (blocking: a partition not opened yet is opened)."""
     out: dict[str, list[tuple[int, int]]] = {}
     for topic in topics:
         try:
