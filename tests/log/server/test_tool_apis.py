@@ -5,6 +5,7 @@ serves the next. ``tests/interop/test_kafka_tools_on_broker.py`` runs Kafka's to
 
 from __future__ import annotations
 
+import shutil
 import struct
 from pathlib import Path
 
@@ -111,6 +112,27 @@ def test_describe_log_dirs_reports_only_the_partitions_the_broker_has(broker: Br
     assert size == sum(f.stat().st_size for f in (broker.data_dir / f"{unique}-1").glob("*.log"))
     assert every[2][unique] == topics[unique]
     assert not any(name.startswith("__") for name in every[2])  # internal topics stay hidden
+
+
+def test_describe_log_dirs_v4_adds_the_volumes_total_and_usable_bytes(broker: BrokerProcess) -> None:
+    """v4 is flexible: header v2 (a tagged-field byte), compact arrays and strings (length + 1).
+    An empty topic list (not null) names no partition: the directory comes back alone."""
+    header = struct.pack(">hhih", DESCRIBE_LOG_DIRS, 4, 9, 4) + b"test" + b"\x00"
+    body = b"\x01" + b"\x00"  # topics: empty; no tagged fields
+    with WireClient(broker.host, broker.port) as wire:
+        wire.send_raw(struct.pack(">i", len(header + body)) + header + body)
+        frame = wire.recv_frame()
+    log_dir = str(Path(broker.data_dir).absolute()).encode()
+    assert len(log_dir) < 127  # its compact length is one byte
+    (correlation_id, _tags, _throttle, error, results, result_error, size), rest = (
+        struct.unpack_from(">ibihbhb", frame), frame[struct.calcsize(">ibihbhb"):]
+    )
+    assert (correlation_id, error, results, result_error, size) == (9, 0, 2, 0, len(log_dir) + 1)
+    assert rest[:len(log_dir)] == log_dir
+    topics, total, usable, result_tags, tags = struct.unpack(">bqqbb", rest[len(log_dir):])
+    assert (topics, result_tags, tags) == (1, 0, 0)
+    assert total == shutil.disk_usage(broker.data_dir).total
+    assert 0 < usable <= total
 
 
 @pytest.mark.parametrize(
