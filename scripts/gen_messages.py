@@ -49,11 +49,15 @@ API_RANGES: dict[int, tuple[str, int, int]] = {
     25: ("AddOffsetsToTxn", 0, 1),
     26: ("EndTxn", 0, 1),
     28: ("TxnOffsetCommit", 0, 3),
+    29: ("DescribeAcls", 1, 1),
     32: ("DescribeConfigs", 1, 2),
     33: ("AlterConfigs", 0, 2),
+    35: ("DescribeLogDirs", 1, 4),
     37: ("CreatePartitions", 0, 1),
     42: ("DeleteGroups", 0, 1),
     44: ("IncrementalAlterConfigs", 0, 1),
+    65: ("DescribeTransactions", 0, 0),
+    66: ("ListTransactions", 0, 1),
 }
 
 _INT_TYPES = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "error_code"}

@@ -3,7 +3,9 @@ its benchmarks) built from ``interop/<module>/`` by ``scripts/interop.sh``.
 
 ``classpath("kafka-streams")`` builds the module when its sources changed (Maven fetches its
 jars from Maven Central the first time; later builds reuse them) and returns a ``java -cp``
-value. A test run builds each module at most once.
+value. A test run builds each module at most once. ``kafka_tool("TopicCommand", ...)`` runs
+one of Apache Kafka's command-line tools (``org.apache.kafka.tools.*``, what the
+``kafka-*.sh`` scripts run) and returns the finished process, whatever its exit code.
 """
 
 from __future__ import annotations
@@ -39,3 +41,14 @@ def java(module: str, main: str, *args: str, timeout: float = 120, stdin: str | 
     if done.returncode != 0:
         raise RuntimeError(f"{main} exited {done.returncode}:\n{done.stderr[-4000:]}")
     return done.stdout
+
+
+KAFKA_TOOLS = "org.apache.kafka.tools."
+
+
+def kafka_tool(main: str, *args: str, stdin: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run Kafka's tool ``org.apache.kafka.tools.<main>`` to its end (small heap, as a test)."""
+    return subprocess.run(
+        ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", classpath("kafka"), KAFKA_TOOLS + main, *args],
+        input=stdin, capture_output=True, text=True, timeout=timeout,
+    )

@@ -3,15 +3,26 @@
 The table follows the research notes (kafka-wire.md §4): only non-flexible versions except
 ApiVersions v3, OffsetFetch v6-7 and TxnOffsetCommit v3 (what Kafka 4.4's clients need for
 ``exactly_once_v2``: RequireStable, and the consumer's generation on transactional offset
-commits), AlterConfigs v2 and IncrementalAlterConfigs v1 (``kafka-configs --alter``), ranges wide enough for aiokafka, kafka-python, librdkafka 2.x and the old
-librdkafka under Debian's kcat. Two deliberate differences between advertised and served:
+commits), AlterConfigs v2 and IncrementalAlterConfigs v1 (``kafka-configs --alter``), and the
+APIs of Kafka's tools below; ranges wide enough for aiokafka, kafka-python, librdkafka 2.x and
+the old librdkafka under Debian's kcat.
+
+Kafka's tools (issue 26): DescribeLogDirs v1-4 (``kafka-log-dirs``; Kafka 4.0 removed v0,
+KIP-896), DescribeTransactions v0 and ListTransactions v0-1 (``kafka-transactions``), flexible
+as in Kafka; DescribeAcls v1 only (Kafka 4.4 has v1-3 and its clients take v1):
+kafka-python reads DescribeAcls v2 as "Kafka 2.5" and v3 as "3.3", and would then take this
+table for a newer Kafka's than the 2.4 it is. DescribeQuorum is not listed: this node is no
+KRaft quorum, and a Kafka broker in none (ZooKeeper mode) did not list it either, so
+``kafka-metadata-quorum`` says the node does not support it.
+
+Two deliberate differences between advertised and served:
 
 * Produce is advertised from v0, because librdkafka < 2.11.1 silently stops compressing
   unless Produce v0 is listed (KAFKA-18659); v0-2 carry old message formats, so a request
   at those versions closes the connection;
-* transactions (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit) are listed
-  only when the transaction coordinator is enabled (``BrokerConfig.transactions``, on by
-  default).
+* transactions (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit,
+  DescribeTransactions, ListTransactions) are listed only when the transaction coordinator is
+  enabled (``BrokerConfig.transactions``, on by default).
 
 kafka-python infers the broker version (2, 4) from this table.
 """
@@ -39,11 +50,15 @@ ADD_PARTITIONS_TO_TXN = 24
 ADD_OFFSETS_TO_TXN = 25
 END_TXN = 26
 TXN_OFFSET_COMMIT = 28
+DESCRIBE_ACLS = 29
 DESCRIBE_CONFIGS = 32
 ALTER_CONFIGS = 33
+DESCRIBE_LOG_DIRS = 35
 CREATE_PARTITIONS = 37
 DELETE_GROUPS = 42
 INCREMENTAL_ALTER_CONFIGS = 44
+DESCRIBE_TRANSACTIONS = 65
+LIST_TRANSACTIONS = 66
 
 # api key -> (min, max) advertised
 ADVERTISED: dict[int, tuple[int, int]] = {
@@ -66,6 +81,8 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     INIT_PRODUCER_ID: (0, 1),
     DESCRIBE_CONFIGS: (1, 2),
     ALTER_CONFIGS: (0, 2),
+    DESCRIBE_ACLS: (1, 1),
+    DESCRIBE_LOG_DIRS: (1, 4),
     CREATE_PARTITIONS: (0, 1),
     DELETE_GROUPS: (0, 1),
     INCREMENTAL_ALTER_CONFIGS: (0, 1),
@@ -76,6 +93,8 @@ TRANSACTION_APIS: dict[int, tuple[int, int]] = {
     ADD_OFFSETS_TO_TXN: (0, 1),
     END_TXN: (0, 1),
     TXN_OFFSET_COMMIT: (0, 3),
+    DESCRIBE_TRANSACTIONS: (0, 0),
+    LIST_TRANSACTIONS: (0, 1),
 }
 
 

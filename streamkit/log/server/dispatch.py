@@ -12,12 +12,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from streamkit.log.server import (
+    acl_apis,
     admin,
     apis,
     cluster,
     config_apis,
     fetch,
     group_apis,
+    log_dirs,
     produce,
     txn_apis,
 )
@@ -69,6 +71,10 @@ HANDLERS: dict[int, Handler] = {
     apis.ADD_OFFSETS_TO_TXN: txn_apis.add_offsets_to_txn,
     apis.END_TXN: txn_apis.end_txn,
     apis.TXN_OFFSET_COMMIT: txn_apis.txn_offset_commit,
+    apis.DESCRIBE_TRANSACTIONS: txn_apis.describe_transactions,
+    apis.LIST_TRANSACTIONS: txn_apis.list_transactions,
+    apis.DESCRIBE_ACLS: acl_apis.describe_acls,
+    apis.DESCRIBE_LOG_DIRS: log_dirs.describe_log_dirs,
 }
 
 

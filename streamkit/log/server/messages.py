@@ -780,6 +780,47 @@ class TxnOffsetCommitResponse:
 
 
 @dataclass(slots=True, kw_only=True)
+class DescribeAclsRequest:
+    """DescribeAcls request, api key 29: fields of v1 (v1-v1 decode into it)."""
+
+    API_KEY: ClassVar[int] = 29
+    resource_type_filter: int = 0
+    resource_name_filter: str | None = None
+    pattern_type_filter: int = 3
+    principal_filter: str | None = None
+    host_filter: str | None = None
+    operation: int = 0
+    permission_type: int = 0
+
+
+@dataclass(slots=True, kw_only=True)
+class DescribeAclsAclDescription:
+    principal: str = ""
+    host: str = ""
+    operation: int = 0
+    permission_type: int = 0
+
+
+@dataclass(slots=True, kw_only=True)
+class DescribeAclsResource:
+    resource_type: int = 0
+    resource_name: str = ""
+    pattern_type: int = 3
+    acls: list[DescribeAclsAclDescription] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class DescribeAclsResponse:
+    """DescribeAcls response, api key 29: fields of v1 (encodes as v1-v1)."""
+
+    API_KEY: ClassVar[int] = 29
+    throttle_time_ms: int = 0
+    error_code: int = 0
+    error_message: str | None = None
+    resources: list[DescribeAclsResource] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
 class DescribeConfigsResource:
     resource_type: int = 0
     resource_name: str = ""
@@ -867,6 +908,53 @@ class AlterConfigsResponse:
     API_KEY: ClassVar[int] = 33
     throttle_time_ms: int = 0
     responses: list[AlterConfigsResourceResponse] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class DescribeLogDirsDescribableLogDirTopic:
+    topic: str = ""
+    partitions: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class DescribeLogDirsRequest:
+    """DescribeLogDirs request, api key 35: fields of v4 (v1-v4 decode into it)."""
+
+    API_KEY: ClassVar[int] = 35
+    topics: list[DescribeLogDirsDescribableLogDirTopic] | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class DescribeLogDirsPartition:
+    partition_index: int = 0
+    partition_size: int = 0
+    offset_lag: int = 0
+    is_future_key: bool = False
+
+
+@dataclass(slots=True, kw_only=True)
+class DescribeLogDirsTopic:
+    name: str = ""
+    partitions: list[DescribeLogDirsPartition] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class DescribeLogDirsResult:
+    error_code: int = 0
+    log_dir: str = ""
+    topics: list[DescribeLogDirsTopic] = field(default_factory=list)
+    total_bytes: int = -1
+    usable_bytes: int = -1
+
+
+@dataclass(slots=True, kw_only=True)
+class DescribeLogDirsResponse:
+    """DescribeLogDirs response, api key 35: fields of v4 (encodes as v1-v4)."""
+
+    API_KEY: ClassVar[int] = 35
+    throttle_time_ms: int = 0
+    error_code: int = 0
+    results: list[DescribeLogDirsResult] = field(default_factory=list)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -970,6 +1058,69 @@ class IncrementalAlterConfigsResponse:
     responses: list[IncrementalAlterConfigsAlterConfigsResourceResponse] = field(default_factory=list)
 
 
+@dataclass(slots=True, kw_only=True)
+class DescribeTransactionsRequest:
+    """DescribeTransactions request, api key 65: fields of v0 (v0-v0 decode into it)."""
+
+    API_KEY: ClassVar[int] = 65
+    transactional_ids: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class DescribeTransactionsTopicData:
+    topic: str = ""
+    partitions: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class DescribeTransactionsTransactionState:
+    error_code: int = 0
+    transactional_id: str = ""
+    transaction_state: str = ""
+    transaction_timeout_ms: int = 0
+    transaction_start_time_ms: int = 0
+    producer_id: int = 0
+    producer_epoch: int = 0
+    topics: list[DescribeTransactionsTopicData] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class DescribeTransactionsResponse:
+    """DescribeTransactions response, api key 65: fields of v0 (encodes as v0-v0)."""
+
+    API_KEY: ClassVar[int] = 65
+    throttle_time_ms: int = 0
+    transaction_states: list[DescribeTransactionsTransactionState] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class ListTransactionsRequest:
+    """ListTransactions request, api key 66: fields of v1 (v0-v1 decode into it)."""
+
+    API_KEY: ClassVar[int] = 66
+    state_filters: list[str] = field(default_factory=list)
+    producer_id_filters: list[int] = field(default_factory=list)
+    duration_filter: int = -1
+
+
+@dataclass(slots=True, kw_only=True)
+class ListTransactionsTransactionState:
+    transactional_id: str = ""
+    producer_id: int = 0
+    transaction_state: str = ""
+
+
+@dataclass(slots=True, kw_only=True)
+class ListTransactionsResponse:
+    """ListTransactions response, api key 66: fields of v1 (encodes as v0-v1)."""
+
+    API_KEY: ClassVar[int] = 66
+    throttle_time_ms: int = 0
+    error_code: int = 0
+    unknown_state_filters: list[str] = field(default_factory=list)
+    transaction_states: list[ListTransactionsTransactionState] = field(default_factory=list)
+
+
 # api key -> (request class, response class)
 MESSAGES: dict[int, tuple[type, type]] = {
     0: (ProduceRequest, ProduceResponse),
@@ -993,11 +1144,15 @@ MESSAGES: dict[int, tuple[type, type]] = {
     25: (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
     26: (EndTxnRequest, EndTxnResponse),
     28: (TxnOffsetCommitRequest, TxnOffsetCommitResponse),
+    29: (DescribeAclsRequest, DescribeAclsResponse),
     32: (DescribeConfigsRequest, DescribeConfigsResponse),
     33: (AlterConfigsRequest, AlterConfigsResponse),
+    35: (DescribeLogDirsRequest, DescribeLogDirsResponse),
     37: (CreatePartitionsRequest, CreatePartitionsResponse),
     42: (DeleteGroupsRequest, DeleteGroupsResponse),
     44: (IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
+    65: (DescribeTransactionsRequest, DescribeTransactionsResponse),
+    66: (ListTransactionsRequest, ListTransactionsResponse),
 }
 
 # api key -> (lowest, highest) version these classes implement
@@ -1023,9 +1178,13 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     25: (0, 1),
     26: (0, 1),
     28: (0, 3),
+    29: (1, 1),
     32: (1, 2),
     33: (0, 2),
+    35: (1, 4),
     37: (0, 1),
     42: (0, 1),
     44: (0, 1),
+    65: (0, 0),
+    66: (0, 1),
 }

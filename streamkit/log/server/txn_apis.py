@@ -5,6 +5,12 @@ AddPartitionsToTxn v0-1, AddOffsetsToTxn v0-1, EndTxn v0-1 and TxnOffsetCommit v
 group-coordinator side of ``send_offsets_to_transaction``). InitProducerId with a
 transactional id is in ``produce.py`` beside the idempotent case.
 
+ListTransactions v0-1 and DescribeTransactions v0 (``kafka-transactions list|describe``)
+report the coordinator's state under Kafka's state names, filtered as Kafka's
+``listTransactionStates`` does. DescribeTransactions answers each id named, in order: an
+empty id INVALID_REQUEST, one never seen TRANSACTIONAL_ID_NOT_FOUND; the partitions are those
+of the open transaction (none once it is complete), the start time -1 while Empty.
+
 TxnOffsetCommit v3 names the consumer's member id, generation and group instance id: the
 group coordinator checks them first, as Kafka's does, so a zombie of an old generation is
 fenced (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID for every partition, no
@@ -15,7 +21,7 @@ from __future__ import annotations
 
 from streamkit._core.types import TopicPartition
 from streamkit.log.server.codec import RequestHeader
-from streamkit.log.server.error_codes import txn_code
+from streamkit.log.server.error_codes import ErrorCode, txn_code
 from streamkit.log.server.messages import (
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
@@ -23,15 +29,22 @@ from streamkit.log.server.messages import (
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
     AddPartitionsToTxnTopicResult,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    DescribeTransactionsTopicData,
+    DescribeTransactionsTransactionState,
     EndTxnRequest,
     EndTxnResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+    ListTransactionsTransactionState,
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
     TxnOffsetCommitResponsePartition,
     TxnOffsetCommitResponseTopic,
 )
 from streamkit.log.server.state import BrokerState
-from streamkit.log.txn.coordinator import TransactionCoordinator
+from streamkit.log.txn.coordinator import TransactionCoordinator, start_time_ms
 
 
 def _coordinator(state: BrokerState) -> TransactionCoordinator:
@@ -113,3 +126,50 @@ async def txn_offset_commit(
             for t in request.topics
         ]
     )
+
+
+async def list_transactions(
+    state: BrokerState, header: RequestHeader, request: ListTransactionsRequest
+) -> ListTransactionsResponse:
+    entries, unknown = _coordinator(state).list_transactions(
+        request.state_filters, request.producer_id_filters, request.duration_filter
+    )
+    return ListTransactionsResponse(
+        unknown_state_filters=unknown,
+        transaction_states=[
+            ListTransactionsTransactionState(
+                transactional_id=e.transactional_id, producer_id=e.producer_id, transaction_state=e.state.value
+            )
+            for e in entries
+        ],
+    )
+
+
+async def describe_transactions(
+    state: BrokerState, header: RequestHeader, request: DescribeTransactionsRequest
+) -> DescribeTransactionsResponse:
+    coordinator = _coordinator(state)
+    return DescribeTransactionsResponse(
+        transaction_states=[_describe(coordinator, tid) for tid in request.transactional_ids]
+    )
+
+
+def _describe(coordinator: TransactionCoordinator, transactional_id: str) -> DescribeTransactionsTransactionState:
+    described = DescribeTransactionsTransactionState(transactional_id=transactional_id)
+    if not transactional_id:
+        described.error_code = ErrorCode.INVALID_REQUEST
+        return described
+    entry = coordinator.describe(transactional_id)
+    if entry is None:
+        described.error_code = ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+        return described
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in entry.partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    described.transaction_state = entry.state.value
+    described.transaction_timeout_ms = entry.timeout_ms
+    described.transaction_start_time_ms = start_time_ms(entry)
+    described.producer_id = entry.producer_id
+    described.producer_epoch = entry.epoch
+    described.topics = [DescribeTransactionsTopicData(topic=t, partitions=ps) for t, ps in by_topic.items()]
+    return described

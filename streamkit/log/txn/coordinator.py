@@ -47,6 +47,9 @@ RunBlocking = Callable[..., Awaitable[Any]]
 MAX_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms
 _MAX_EPOCH = 32_767
 _T = TypeVar("_T")
+# Kafka's transaction states this coordinator never enters (an id being expired, an epoch being
+# fenced): a filter naming them is no unknown state, it matches nothing here.
+_UNUSED_KAFKA_STATES = frozenset({"Dead", "PrepareEpochFence"})
 
 
 class TransactionCoordinator:
@@ -293,6 +296,33 @@ class TransactionCoordinator:
             return TxnErrorCode.INVALID_TXN_STATE
         return None
 
+    # -- describing transactions (ListTransactions, DescribeTransactions) ------------------
+
+    def describe(self, transactional_id: str) -> TxnEntry | None:
+        """The state of ``transactional_id``, or None when this coordinator never saw it."""
+        return self._entries.get(transactional_id)
+
+    def list_transactions(
+        self, states: Iterable[str], producer_ids: Iterable[int], duration_ms: int
+    ) -> tuple[list[TxnEntry], list[str]]:
+        """(the transactions that match every filter given, the state names that are none of
+        ``TxnState``), as Kafka's ``listTransactionStates``: an empty filter matches all, a
+        duration below 0 too; otherwise only a transaction started more than ``duration_ms``
+        ago matches (an Empty one has no start, -1, so it always does)."""
+        wanted_states = set(states)
+        known = {state.value for state in TxnState} | _UNUSED_KAFKA_STATES
+        unknown = sorted(wanted_states - known)
+        wanted_ids = set(producer_ids)
+        now = self._clock.now_ms()
+        matched = [
+            entry
+            for entry in self._entries.values()
+            if (not wanted_ids or entry.producer_id in wanted_ids)
+            and (not wanted_states or entry.state.value in wanted_states)
+            and (duration_ms < 0 or now - start_time_ms(entry) > duration_ms)
+        ]
+        return matched, unknown
+
     # -- ending a transaction --------------------------------------------------------------
 
     async def _complete(self, entry: TxnEntry, *, commit: bool, fence: bool = False) -> None:
@@ -333,3 +363,8 @@ class TransactionCoordinator:
             self._producers.append(partition, check_batch(marker), marker)
         except LogError:
             logger.exception("could not write a transaction marker to %s", tp)
+
+
+def start_time_ms(entry: TxnEntry) -> int:
+    """When ``entry``'s current (or last) transaction began; -1 for an Empty one, as Kafka."""
+    return -1 if entry.state is TxnState.EMPTY else entry.started_ms

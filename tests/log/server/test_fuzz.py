@@ -22,6 +22,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.protocol.admin import (
     ApiVersionRequest_v0,
+    DescribeAclsRequest_v1,
     DescribeConfigsRequest_v1,
     DescribeGroupsRequest_v0,
     ListGroupsRequest_v0,
@@ -68,6 +69,7 @@ def _request_types() -> list[type]:
         JoinGroupRequest_v0, JoinGroupRequest_v5, HeartbeatRequest_v0, SyncGroupRequest_v0,
         LeaveGroupRequest_v0, ListGroupsRequest_v0, DescribeGroupsRequest_v0,
         AddPartitionsToTxnRequest_v0, AddOffsetsToTxnRequest_v0, TxnOffsetCommitRequest_v0, EndTxnRequest_v0,
+        DescribeAclsRequest_v1,
     ]
 
 
@@ -140,7 +142,20 @@ def seeds() -> list[bytes]:
         _frame(LeaveGroupRequest_v0(group="fuzz-group", member_id="x")),
         _frame(ListGroupsRequest_v0()),
         _frame(DescribeGroupsRequest_v0(groups=["fuzz-group", ""])),
+        _frame(DescribeAclsRequest_v1(resource_type=1, resource_name=None, resource_pattern_type_filter=1,
+                                      principal=None, host=None, operation=1, permission_type=1)),
+        # The APIs of Kafka's tools aiokafka has no structs for, by hand. DescribeLogDirs v1:
+        # [("fuzz", [0, 1])]; then flexible ones (header v2: a tagged-field byte; compact
+        # arrays and strings, length + 1): ListTransactions v1 (states ["Ongoing"], no producer
+        # ids, duration -1) and DescribeTransactions v0 (["fuzz-txn"]).
+        _header(35, 1) + struct.pack(">ih4si2i", 1, 4, b"fuzz", 2, 0, 1),
+        _header(66, 1) + b"\x00\x02\x08Ongoing\x01" + struct.pack(">q", -1) + b"\x00",
+        _header(65, 0) + b"\x00\x02\x09fuzz-txn\x00",
     ]
+
+
+def _header(api_key: int, version: int) -> bytes:
+    return struct.pack(">hhih", api_key, version, 1, 4) + b"fuzz"
 
 
 def mutate(rng: random.Random, seed: bytes) -> bytes:
