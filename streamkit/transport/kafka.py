@@ -73,6 +73,7 @@ from streamkit.transport.base import (
     with_metadata,
 )
 from streamkit.transport.kafka_offsets import committed_offsets, read_stable_on_assignment
+from streamkit.transport.kafka_outage import OutageWatch, install_client_noise_filter, watch_cluster
 from streamkit.transport.kafka_tools import (
     BrokerRejectedError,
     BrokerUnreachableError,
@@ -95,6 +96,7 @@ from streamkit.transport.placement import (
 )
 
 logger = logging.getLogger(__name__)
+install_client_noise_filter()  # aiokafka's lines about an unreachable cluster (``kafka_outage.py``)
 # Full batches a partition may have waiting for hand-over before ``send`` waits.
 MAX_QUEUED_BATCHES = 2
 # aiokafka's batch builder wants a list and only reads it: one shared empty list, rather than
@@ -151,7 +153,10 @@ class KafkaLogClient:
 
     ``options`` (``options.py``) go to every producer and group consumer made here and to the
     topics ``ensure_topic`` creates; a topic found with another replication factor than they
-    declare is said once (a warning) and kept in ``replication_mismatches``."""
+    declare is said once (a warning) and kept in ``replication_mismatches``.
+
+    Once started, it probes the cluster every second (``kafka_outage.py``): while no broker
+    answers, ``unavailable_reason`` says so (the worker's /health answers 503 with it)."""
 
     def __init__(self, bootstrap_servers: str, *, url: str | None = None, options: ClientOptions | None = None) -> None:
         self.bootstrap_servers = bootstrap_servers
@@ -161,6 +166,13 @@ class KafkaLogClient:
         self._tools: KafkaTools | None = None
         # Topics found with another replication factor than declared: name -> what was said.
         self.replication_mismatches: dict[str, str] = {}
+        self.outage = OutageWatch(bootstrap_servers)
+        self._watch_task: asyncio.Task[None] | None = None
+
+    @property
+    def unavailable_reason(self) -> str | None:
+        """Why the cluster is unreachable now (an outage, ``kafka_outage.py``), else None."""
+        return self.outage.reason
 
     async def start(self) -> None:
         if self._tools is None:
@@ -174,8 +186,13 @@ class KafkaLogClient:
                 await tools.aclose()
                 raise
             self._tools = tools
+            self._watch_task = asyncio.ensure_future(watch_cluster(self.outage, tools.unreachable))
+            self._watch_task.set_name("streamkit:watch-kafka")
 
     async def aclose(self) -> None:
+        watch, self._watch_task = self._watch_task, None
+        if watch is not None:
+            await end_tasks([watch])
         tools, self._tools = self._tools, None
         if tools is not None:
             await tools.aclose()
