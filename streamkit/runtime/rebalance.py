@@ -12,7 +12,8 @@ tasks' transactional producers around them (``transactions.py``):
 * on a revocation, the tasks stop, what they finished is committed (``commits.py``), then the
   producers of the tasks gone from here close (aborting what they did not commit);
 * ``lose_task``: a task whose transaction did not commit (fenced, or timed out) stops, loses
-  its tables' partitions and its producer, and opens again if the group still assigns it here.
+  its tables' partitions and its producer, and opens again if the group still assigns it here;
+  at-least-once, a task whose outputs were not acknowledged is rewound so, to its last commit.
 
 Opening tasks (on an assignment, or again after a loss) needs the log: their producers'
 InitProducerId, the group's committed offsets, the tables' changelogs. When it fails for a
@@ -185,11 +186,14 @@ class Rebalancer:
         record fetched before would find no inbox and be skipped."""
         units = self.task_producers
         consumer = self.consumer
-        assert units is not None and consumer is not None
+        assert consumer is not None
         consumer.pause(sorted(tps))
         partitions = sorted({tp.partition for tp in tps})
-        opened = await asyncio.gather(*(units.open(p) for p in partitions))
-        fresh = {p for p, new in zip(partitions, opened, strict=True) if new}
+        if units is not None:
+            opened = await asyncio.gather(*(units.open(p) for p in partitions))
+            fresh = {p for p, new in zip(partitions, opened, strict=True) if new}
+        else:  # at-least-once, a task rewound (``lose_task``): back to the group's commit
+            fresh = set(partitions)
         positions: dict[TopicPartition, int] = {}
         for tp in sorted(tp for tp in tps if tp.partition in fresh):
             position = await consumer.committed(tp)
@@ -204,7 +208,10 @@ class Rebalancer:
         """Exactly-once, after task ``partition``'s transaction did not commit (fenced by its
         new owner, or timed out): stop its coroutines, close its tables' partitions (their
         uncommitted writes go; another owner may have moved their changelogs) and its
-        producer. If the group still assigns it here, open it again as on an assignment."""
+        producer. If the group still assigns it here, open it again as on an assignment.
+        At-least-once, after outputs since the last commit were not acknowledged (a
+        retriable error, ``commits.py``): the same, without a producer of its own; it opens
+        again from the group's last commit and processes those records again."""
         tps = await self._drop(partition)
         if not tps:
             return
@@ -212,7 +219,10 @@ class Rebalancer:
         if not kept:
             logger.warning("task %d was lost to another worker: closed", partition)
             return
-        logger.warning("task %d was lost: opening it again from its last commit", partition)
+        if self.task_producers is not None:
+            logger.warning("task %d was lost: opening it again from its last commit", partition)
+        else:
+            logger.warning("task %d: opening it again from its last commit", partition)
         self._tries_begin()
 
         async def reopen(tps: set[TopicPartition]) -> None:
@@ -236,12 +246,11 @@ class Rebalancer:
     async def _drop(self, partition: int) -> set[TopicPartition]:
         """Stop and close task ``partition``'s coroutines, its producer and its tables'
         partitions; the input partitions its tasks read (none: it had no task here)."""
-        units = self.task_producers
-        assert units is not None
         # Tasks already stopping (their partitions are being revoked) are left to the revocation.
         tasks = [t for t in self.task_assignment.tasks.values() if t.partition == partition and not t.stopping]
         await asyncio.gather(*(t.stop() for t in tasks))
-        await units.close(partition)
+        if self.task_producers is not None:
+            await self.task_producers.close(partition)
         if not tasks:
             return set()
         tps = {tp for t in tasks for tp in t.inboxes}

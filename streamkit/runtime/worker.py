@@ -212,6 +212,7 @@ class Worker:
             self.committer.group_id = self.app.id
         else:
             producer = self.client.producer()
+            self.committer.rewind = self.rebalancer.lose_task
         await self.client.start()
         await producer.start()
         self._producer = producer

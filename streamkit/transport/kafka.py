@@ -48,7 +48,7 @@ from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberAssignment,
     ConsumerProtocolMemberMetadata,
 )
-from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.errors import KafkaError, KafkaTimeoutError, ProducerFenced
 from aiokafka.errors import OffsetMetadataTooLargeError as KafkaOffsetMetadataTooLarge
 from aiokafka.producer.transaction_manager import TransactionState
 from aiokafka.structs import OffsetAndMetadata
@@ -553,16 +553,22 @@ class KafkaProducer:
             await asyncio.gather(*waiting, return_exceptions=True)
         if self._failures:
             failures, self._failures = self._failures, []
-            raise TransportError(f"{len(failures)} batch(es) failed, first: {failures[0]}") from failures[0]
+            error = TransportError(f"{len(failures)} batch(es) failed, first: {failures[0]}")
+            error.retriable = all(getattr(f, "retriable", False) for f in failures)
+            raise error from failures[0]
 
 
 def _send_error(tp: tuple[str, int], exc: BaseException) -> TransportError:
-    """The error of a batch aiokafka refused or failed to deliver; a fence says so."""
+    """The error of a batch aiokafka refused or failed to deliver; a fence says so. It is
+    retriable as aiokafka's error is, and a batch that timed out is (aiokafka says not;
+    Kafka's TimeoutException is retriable: the log was away, the same send may succeed)."""
     if isinstance(exc, ProducerFenced):
         return ProducerFencedError(f"send to {tp[0]}-{tp[1]} refused, the producer was fenced: {exc}")
     if isinstance(exc, TransportError):  # ours: it names the partition and says why
         return exc
-    return TransportError(f"send to {tp[0]}-{tp[1]} failed: {exc!r}")
+    error = TransportError(f"send to {tp[0]}-{tp[1]} failed: {exc!r}")
+    error.retriable = isinstance(exc, KafkaTimeoutError) or bool(getattr(exc, "retriable", False))
+    return error
 
 
 def _largest(entries: Mapping[TopicPartition, tuple[int, str]]) -> dict[TopicPartition, str]:
