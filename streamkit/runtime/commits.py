@@ -14,8 +14,11 @@ partitions being revoked, runs in three steps under one lock:
 3. **commit** the snapshot through the consumer.
 
 Failure rule: when the flush fails, something an input's processing sent was not stored;
-committing would skip it for good. The worker fails (``on_failure``) and from then on nothing
-is committed, not even on stop: a restart redoes the work from the last commit. A commit the
+committing would skip it for good. For a retriable error (the log went away, a timeout) and
+a periodic commit, every task is rewound to its last commit (``rewind``: stopped, its tables'
+partitions restored again, its inputs sought back) and processes those records again, as
+Kafka Streams revives a corrupted task. Otherwise the worker fails (``on_failure``) and from
+then on nothing is committed, not even on stop: a restart redoes the work from the last commit. A commit the
 group refuses (``TransportError`` from the consumer) is raised to the caller: the periodic
 loop logs it and tries again at the next interval.
 
@@ -61,7 +64,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from streamkit._core.types import TopicPartition
@@ -143,6 +146,8 @@ class Committer:
         self.default: TransactionalProducer | None = None
         self.aborts = 0
         self.rewinds = 0
+        # at-least-once: how a task goes back to its last commit (``Rebalancer.lose_task``)
+        self.rewind: Callable[[int], Awaitable[None]] | None = None
         self.transactions = 0  # committed, over every task's producer and the worker's
         # The metadata each commit carries (the aligned tasks' stream times, ``alignment.py``).
         self.metadata: Callable[[dict[TopicPartition, int]], dict[TopicPartition, str]] = lambda positions: {}
@@ -209,6 +214,9 @@ class Committer:
                 await self.producer.flush()
                 await self._state.store_changes(outgoing)
             except TransportError as exc:
+                if exc.retriable and self.rewind is not None and only is None:
+                    await self._rewind(exc)
+                    return {}
                 logger.error("an output could not be stored, stopping without committing: %s", exc)
                 self._on_failure(exc)
                 raise
@@ -216,6 +224,21 @@ class Committer:
             self.committed.update(positions)
             self.commits += 1
             return positions
+
+    async def _rewind(self, exc: TransportError) -> None:
+        """At-least-once: outputs were not acknowledged for a retriable reason (the log went
+        away and dropped them, or timed them out): every task goes back to its last commit
+        and processes those records again (``rewind``), as Kafka Streams revives a corrupted
+        task, instead of the worker stopping."""
+        partitions = sorted({tp.partition for tp in self._inboxes})
+        logger.warning(
+            "outputs since the last commit were not all stored (%s): processing tasks %s again from their last commit",
+            exc, ", ".join(map(str, partitions)),
+        )
+        assert self.rewind is not None
+        self.rewinds += 1
+        for partition in partitions:
+            await self.rewind(partition)
 
     async def _commit_transactions(self, tasks: TaskControl) -> dict[TopicPartition, int]:
         units = self.task_producers

@@ -84,6 +84,9 @@ from streamkit.transport.connect import open_log_client
 from streamkit.transport.placement import GroupInfo, MemberInfo
 
 logger = logging.getLogger(__name__)
+# A stop while the log is known not to answer waits for it this long at most (not the whole
+# ``shutdown_timeout``).
+UNAVAILABLE_STOP_S = 5.0
 
 
 class Worker:
@@ -209,6 +212,7 @@ class Worker:
             self.committer.group_id = self.app.id
         else:
             producer = self.client.producer()
+            self.committer.rewind = self.rebalancer.lose_task
         await self.client.start()
         await producer.start()
         self._producer = producer
@@ -515,6 +519,7 @@ class Worker:
             return
         self._closed = True
         self._stop.set()
+        self.rebalancer.stop()  # a task waiting to be opened again is not
         # Tell the app's tasks (``app.should_stop``, ``app.sleep``), stop its services (last
         # started, first stopped) while the producer still runs, give tasks that watch
         # ``should_stop`` a moment to end by themselves, then cancel what still runs.
@@ -524,9 +529,11 @@ class Worker:
             task.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
         # Every wait for the log from here on ends by one deadline (``shutdown.py``).
-        deadline = StopDeadline(
-            float(self.app.conf.shutdown_timeout), self.client.url, bounded=self.client.url.startswith("kafka://")
-        )
+        timeout_s = float(self.app.conf.shutdown_timeout)
+        if self.log_unavailable is not None:
+            # Known not to answer (an outage): a stop waits for it no longer than a moment.
+            timeout_s = min(timeout_s, UNAVAILABLE_STOP_S)
+        deadline = StopDeadline(timeout_s, self.client.url, bounded=self.client.url.startswith("kafka://"))
         try:
             if self.tasks:
                 held = {tp for t in self.tasks.values() for tp in t.inboxes}
@@ -571,9 +578,10 @@ class Worker:
 
     @property
     def log_unavailable(self) -> str | None:
-        """Why the worker has no log now, when it has none: the data directory it joined as a
-        Kafka client lost its owner and nobody serves it yet (``transport/attached.py``), or
-        it waits to start while another process holds the directory (``log_waiting``)."""
+        """Why the worker has no log now, when it has none: no broker of its Kafka cluster
+        answers (``transport/kafka_outage.py``), the data directory it joined as a Kafka client
+        lost its owner and nobody serves it yet (``transport/attached.py``), or it waits to
+        start while another process holds the directory (``log_waiting``)."""
         reason = getattr(self.client, "unavailable_reason", None)
         if isinstance(reason, str):
             return reason
@@ -588,10 +596,16 @@ class Worker:
         partition), with the reason: their tasks cannot progress."""
         return status.stalled(self._consumer, self._inboxes)
 
+    def reopening(self) -> dict[int, str]:
+        """Exactly-once: the tasks, by partition number, whose opening failed for a transport
+        error and is being tried again (``rebalance.py``), with why the last try failed."""
+        return dict(self.rebalancer.reopening)
+
     @property
     def healthy(self) -> bool:
-        """Running, no agent backing off after failures, no input partition stalled."""
-        return self.state == "running" and not self.failing_agents() and not self.stalled()
+        """Running, no agent backing off after failures, no input partition stalled, no task
+        waiting to be opened."""
+        return self.state == "running" and not self.failing_agents() and not self.stalled() and not self.reopening()
 
     def group_info(self) -> GroupInfo | None:
         return self._consumer.group_info() if self._consumer is not None else None

@@ -54,11 +54,16 @@ class AttachedLogClient(KafkaLogClient):
         self._default_partitions = default_partitions
         self._broker: Broker | None = None
         self._follow_task: asyncio.Task[None] | None = None
-        self.unavailable_reason: str | None = None
+        self._owner_missing: str | None = None  # why nobody serves the directory now
         logger.warning(
             "data dir %s is owned by pid %s serving %s:%d; joining it as a Kafka client",
             data_dir, owner.pid, host, port,
         )
+
+    @property
+    def unavailable_reason(self) -> str | None:
+        """Why nobody serves the directory now, else whether its server does not answer."""
+        return self._owner_missing or super().unavailable_reason
 
     @property
     def served_at(self) -> str | None:
@@ -76,7 +81,7 @@ class AttachedLogClient(KafkaLogClient):
             except TransportError:
                 # The owner may be going away as we join: wait for whoever serves the port
                 # next (possibly us), unless it is served and still does not answer.
-                if self.unavailable_reason is None and self._served_at_our_port():
+                if self._owner_missing is None and self._served_at_our_port():
                     raise
             await asyncio.sleep(OWNER_POLL_S)
 
@@ -112,13 +117,13 @@ class AttachedLogClient(KafkaLogClient):
             if owner is None:
                 await self._take_over()
             elif owner.address == self._address:
-                if self.unavailable_reason is not None or owner.pid != self._owner_pid:
+                if self._owner_missing is not None or owner.pid != self._owner_pid:
                     logger.warning(
                         "data dir %s is served by pid %s at %s:%d again; going on as its Kafka client",
                         self.data_dir, owner.pid, *self._address,
                     )
                 self._owner_pid = owner.pid
-                self.unavailable_reason = None
+                self._owner_missing = None
             elif owner.address is None and owner.pid == self._owner_pid:
                 self._wait(f"the owner of data directory {self.data_dir} (pid {owner.pid}) is stopping: waiting")
             elif owner.address is None:
@@ -131,7 +136,7 @@ class AttachedLogClient(KafkaLogClient):
                 )
 
     async def _take_over(self) -> None:
-        if self.unavailable_reason is None:
+        if self._owner_missing is None:
             logger.warning(
                 "the owner of data dir %s (pid %s) went away: taking the directory over",
                 self.data_dir, self._owner_pid,
@@ -153,10 +158,10 @@ class AttachedLogClient(KafkaLogClient):
             return
         self._broker = broker
         self._owner_pid = os.getpid()
-        self.unavailable_reason = None
+        self._owner_missing = None
         logger.warning("took data directory %s over: serving it at %s:%d (pid %d)", self.data_dir, host, port, os.getpid())
 
     def _wait(self, why: str) -> None:
-        if why != self.unavailable_reason:
+        if why != self._owner_missing:
             logger.warning("%s (this worker has no log meanwhile)", why)
-        self.unavailable_reason = why
+        self._owner_missing = why

@@ -48,7 +48,7 @@ from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberAssignment,
     ConsumerProtocolMemberMetadata,
 )
-from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.errors import KafkaError, KafkaTimeoutError, ProducerFenced
 from aiokafka.errors import OffsetMetadataTooLargeError as KafkaOffsetMetadataTooLarge
 from aiokafka.producer.transaction_manager import TransactionState
 from aiokafka.structs import OffsetAndMetadata
@@ -73,6 +73,7 @@ from streamkit.transport.base import (
     with_metadata,
 )
 from streamkit.transport.kafka_offsets import committed_offsets, read_stable_on_assignment
+from streamkit.transport.kafka_outage import OutageWatch, install_client_noise_filter, watch_cluster
 from streamkit.transport.kafka_tools import (
     BrokerRejectedError,
     BrokerUnreachableError,
@@ -95,6 +96,7 @@ from streamkit.transport.placement import (
 )
 
 logger = logging.getLogger(__name__)
+install_client_noise_filter()  # aiokafka's lines about an unreachable cluster (``kafka_outage.py``)
 # Full batches a partition may have waiting for hand-over before ``send`` waits.
 MAX_QUEUED_BATCHES = 2
 # aiokafka's batch builder wants a list and only reads it: one shared empty list, rather than
@@ -151,7 +153,10 @@ class KafkaLogClient:
 
     ``options`` (``options.py``) go to every producer and group consumer made here and to the
     topics ``ensure_topic`` creates; a topic found with another replication factor than they
-    declare is said once (a warning) and kept in ``replication_mismatches``."""
+    declare is said once (a warning) and kept in ``replication_mismatches``.
+
+    Once started, it probes the cluster every second (``kafka_outage.py``): while no broker
+    answers, ``unavailable_reason`` says so (the worker's /health answers 503 with it)."""
 
     def __init__(self, bootstrap_servers: str, *, url: str | None = None, options: ClientOptions | None = None) -> None:
         self.bootstrap_servers = bootstrap_servers
@@ -161,6 +166,13 @@ class KafkaLogClient:
         self._tools: KafkaTools | None = None
         # Topics found with another replication factor than declared: name -> what was said.
         self.replication_mismatches: dict[str, str] = {}
+        self.outage = OutageWatch(bootstrap_servers)
+        self._watch_task: asyncio.Task[None] | None = None
+
+    @property
+    def unavailable_reason(self) -> str | None:
+        """Why the cluster is unreachable now (an outage, ``kafka_outage.py``), else None."""
+        return self.outage.reason
 
     async def start(self) -> None:
         if self._tools is None:
@@ -174,8 +186,13 @@ class KafkaLogClient:
                 await tools.aclose()
                 raise
             self._tools = tools
+            self._watch_task = asyncio.ensure_future(watch_cluster(self.outage, tools.unreachable))
+            self._watch_task.set_name("streamkit:watch-kafka")
 
     async def aclose(self) -> None:
+        watch, self._watch_task = self._watch_task, None
+        if watch is not None:
+            await end_tasks([watch])
         tools, self._tools = self._tools, None
         if tools is not None:
             await tools.aclose()
@@ -541,16 +558,22 @@ class KafkaProducer:
             await asyncio.gather(*waiting, return_exceptions=True)
         if self._failures:
             failures, self._failures = self._failures, []
-            raise TransportError(f"{len(failures)} batch(es) failed, first: {failures[0]}") from failures[0]
+            error = TransportError(f"{len(failures)} batch(es) failed, first: {failures[0]}")
+            error.retriable = all(getattr(f, "retriable", False) for f in failures)
+            raise error from failures[0]
 
 
 def _send_error(tp: tuple[str, int], exc: BaseException) -> TransportError:
-    """The error of a batch aiokafka refused or failed to deliver; a fence says so."""
+    """The error of a batch aiokafka refused or failed to deliver; a fence says so. It is
+    retriable as aiokafka's error is, and a batch that timed out is (aiokafka says not;
+    Kafka's TimeoutException is retriable: the log was away, the same send may succeed)."""
     if isinstance(exc, ProducerFenced):
         return ProducerFencedError(f"send to {tp[0]}-{tp[1]} refused, the producer was fenced: {exc}")
     if isinstance(exc, TransportError):  # ours: it names the partition and says why
         return exc
-    return TransportError(f"send to {tp[0]}-{tp[1]} failed: {exc!r}")
+    error = TransportError(f"send to {tp[0]}-{tp[1]} failed: {exc!r}")
+    error.retriable = isinstance(exc, KafkaTimeoutError) or bool(getattr(exc, "retriable", False))
+    return error
 
 
 def _largest(entries: Mapping[TopicPartition, tuple[int, str]]) -> dict[TopicPartition, str]:

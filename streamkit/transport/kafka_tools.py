@@ -393,6 +393,18 @@ class KafkaTools:
 
     # -- topics --------------------------------------------------------------------------
 
+    async def unreachable(self, timeout_s: float) -> str | None:
+        """Ask every broker the admin client knows for the cluster's metadata: None when one
+        answered within ``timeout_s``, else why none did (``kafka_outage.py``)."""
+        admin = await self._admin_client()
+        try:
+            await asyncio.wait_for(admin._client.fetch_all_metadata(), timeout_s)
+        except TimeoutError:
+            return f"no answer to a metadata request in {timeout_s:.0f} s"
+        except (KafkaError, OSError) as exc:
+            return str(exc) or type(exc).__name__
+        return None
+
     async def list_topics(self, *, include_internal: bool = False) -> list[str]:
         return sorted(await self._partition_counts(internal_too=include_internal))
 

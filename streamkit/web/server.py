@@ -4,7 +4,9 @@
                     failed or stopped, while an agent backs off after failures, or while an
                     input partition is stalled (its topic is unknown to the log), or while it
                     has no log ({"status": "waiting", "waiting": why}: the owner of the data
-                    directory it joined went away and nobody serves it yet)
+                    directory it joined went away and nobody serves it yet, or no broker of
+                    its Kafka cluster answers), or while exactly-once tasks wait to be opened
+                    again ({"reopening": {partition: why}})
     GET /status     app, broker, assigned partitions, counters, committed positions, lag, late
                     records per windowed table (or join) and reason
     GET /topology   agents with their input, repartition and sink topics
@@ -204,13 +206,16 @@ class WebServer:
         w = self.worker
         failing = w.failing_agents()
         stalled = w.stalled()
+        reopening = w.reopening()
         body: dict[str, Any] = {"status": w.state}
-        if w.state == "running" and (failing or stalled):
+        if w.state == "running" and (failing or stalled or reopening):
             body["status"] = "degraded"
         if failing:
             body["failing_agents"] = failing
         if stalled:
             body["stalled"] = {str(tp): why for tp, why in sorted(stalled.items())}
+        if reopening:
+            body["reopening"] = {str(p): why for p, why in sorted(reopening.items())}
         waiting = w.log_unavailable
         if waiting is not None:
             body["waiting"] = waiting
