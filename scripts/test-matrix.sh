@@ -2,7 +2,10 @@
 # `make test-matrix`: the test suite on each other supported Python, in a venv of its own
 # (.venv-X.Y) with `pip install -e '.[dev]'` and no extra, so it is also the run without the
 # spark extra. Spark tests skip there (no pyspark) and are deselected by their marker; the
-# Faust examples are left out (they need faust-streaming's own venv, tests/support/plugin.py).
+# Faust examples are left out (they need faust-streaming's own venv, tests/support/plugin.py);
+# so are the tests that need a Java process of Kafka's (marker jvm: Apache Kafka, its tools,
+# Kafka Streams): Kafka answers the same whatever Python its client runs on, and the same
+# Python clients run there against `streamkit broker`.
 # `make test` runs everything on the default Python.
 #
 #   scripts/test-matrix.sh [VERSION...]       default: 3.12 3.13
@@ -49,9 +52,9 @@ for version in "$@"; do
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[dev]'
     touch "$venv/.installed"
   fi
-  echo "== Python $version ($("$venv/bin/python" -c 'import platform; print(platform.python_version())')): pytest -m 'not spark' --ignore tests/faust ${PYTEST_ARGS:-}"
+  echo "== Python $version ($("$venv/bin/python" -c 'import platform; print(platform.python_version())')): pytest -m 'not spark and not jvm' --ignore tests/faust ${PYTEST_ARGS:-}"
   started=$SECONDS
   # shellcheck disable=SC2086  # PYTEST_ARGS is a list of words
-  "$venv/bin/python" -m pytest -q -p no:cacheprovider -m 'not spark' --ignore tests/faust ${PYTEST_ARGS:-}
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider -m 'not spark and not jvm' --ignore tests/faust ${PYTEST_ARGS:-}
   echo "== Python $version: passed in $((SECONDS - started)) s"
 done

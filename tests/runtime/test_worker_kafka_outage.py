@@ -186,6 +186,7 @@ def _quiet(text: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.jvm
 @pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
 async def test_a_worker_waits_out_a_whole_cluster_outage_and_counts_everything(tmp_path: Path, guarantee: str) -> None:
     cluster = KafkaCluster(tmp_path / "kafka", 1)
@@ -244,6 +245,7 @@ async def test_a_worker_waits_out_a_whole_cluster_outage_and_counts_everything(t
 
 
 @pytest.mark.slow
+@pytest.mark.jvm
 async def test_a_worker_stops_on_sigterm_while_its_cluster_is_down(tmp_path: Path) -> None:
     cluster = KafkaCluster(tmp_path / "kafka", 1)
     proc: subprocess.Popen[bytes] | None = None

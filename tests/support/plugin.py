@@ -111,6 +111,26 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaClu
         cluster.close()
 
 
+INTEROP = Path(__file__).resolve().parent.parent / "interop"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``jvm`` every test that needs one of Kafka's Java processes: Apache Kafka itself
+    (the ``kafka`` and ``kafka_cluster`` fixtures, the kafka variant of ``log_url`` and of
+    other backend parameters, a test that starts its own cluster and says so with
+    ``@pytest.mark.jvm``), or Kafka's tools and Kafka Streams (``tests/interop``). The Python-version matrix leaves them out
+    (``scripts/test-matrix.sh``): what Kafka answers does not depend on the Python of its
+    client, and the same Python clients run there against ``streamkit broker``."""
+    for item in items:
+        params = getattr(item, "callspec", None)
+        if (
+            item.path.is_relative_to(INTEROP)
+            or {"kafka", "kafka_cluster"} & set(getattr(item, "fixturenames", ()))
+            or (params is not None and "kafka" in params.params.values())  # log_url, bootstrap, ...
+        ):
+            item.add_marker(pytest.mark.jvm)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
