@@ -11,6 +11,7 @@ from streamkit._core.partitioner import partition_for_key
 from streamkit._core.types import TopicPartition
 from streamkit.tables.store import RocksStore
 from streamkit.transport.connect import open_log_client
+from tests.tables.counting_app import DEFAULT_ID, events_topic
 
 PARTITIONS = 3  # counting_app's events topic
 
@@ -20,30 +21,32 @@ async def produce(
     pairs: Sequence[tuple[Any, int]],
     encode_key: Callable[[Any], bytes] = str.encode,
     partitions: int = PARTITIONS,
+    app_id: str = DEFAULT_ID,
 ) -> None:
-    """``(key, count)`` records to ``events`` (of ``partitions``), placed as producers place
-    keys (``encode_key`` makes a key's bytes)."""
+    """``(key, count)`` records to app ``app_id``'s ``events`` (of ``partitions``), placed as
+    producers place keys (``encode_key`` makes a key's bytes)."""
+    topic = events_topic(app_id)
     client = open_log_client(url)
     await client.start()
     try:
-        await client.ensure_topic("events", partitions)
+        await client.ensure_topic(topic, partitions)
         producer = client.producer()
         await producer.start()
         for key, value in pairs:
             raw = encode_key(key)
-            await producer.send("events", raw, str(value).encode(), partition=partition_for_key(raw, partitions))
+            await producer.send(topic, raw, str(value).encode(), partition=partition_for_key(raw, partitions))
         await producer.aclose()
     finally:
         await client.aclose()
 
 
-async def committed(url: str) -> int:
-    """The offsets the app's group committed on ``events``, summed over its partitions."""
+async def committed(url: str, app_id: str = DEFAULT_ID) -> int:
+    """The offsets app ``app_id``'s group committed on its ``events``, summed over its partitions."""
     client = open_log_client(url)
     await client.start()
-    consumer = client.consumer("tcount")
+    consumer = client.consumer(app_id)
     try:
-        return sum([await consumer.committed(TopicPartition("events", p)) or 0 for p in range(PARTITIONS)])
+        return sum([await consumer.committed(TopicPartition(events_topic(app_id), p)) or 0 for p in range(PARTITIONS)])
     finally:
         await consumer.aclose()
         await client.aclose()

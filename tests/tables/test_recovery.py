@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 from pathlib import Path
@@ -9,9 +10,12 @@ from typing import Any
 
 import streamkit as sk
 from streamkit._core.partitioner import partition_for_key
+from streamkit.runtime import Worker
 from streamkit.tables.store import RocksStore
 from streamkit.testing import AppDriver
+from streamkit.transport import open_log_client
 from streamkit.transport.embedded.client import EmbeddedLogClient
+from tests.runtime.test_alignment import _settled
 from tests.tables import counting_app as capp
 
 
@@ -25,34 +29,41 @@ async def _run(tmp: Path, pairs: list[tuple[str, int]]) -> dict[tuple[str, int],
         return restored
 
 
-async def _append_changelog(tmp: Path, key: str, value: int) -> int:
-    """Write one change to the table's changelog as a worker killed before its store write
-    would have left it; returns the partition."""
-    client = EmbeddedLogClient(str(tmp / "log"))
+async def _run_on(url: str, app_id: str, state: Path, pairs: list[tuple[str, int]]) -> tuple[dict[tuple[str, int], int], dict[str, int]]:
+    """The counting app as ``app_id`` on ``url`` (a worker, as an app runs), over ``pairs``:
+    each table partition's restored records, and the table once everything was processed."""
+    app, events, counts = capp.declare(app_id, url, commit_interval=0.2)
+    async with Worker(app, state_dir=str(state)) as worker:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60
+        while worker.state_manager.held != {0, 1, 2}:  # assigned and restored
+            assert loop.time() < deadline, "the worker was not given every partition"
+            await asyncio.sleep(0.05)
+        restored = {key: p.records for key, p in worker.state_manager.restores.items()}
+        for key, value in pairs:
+            await (await events.send(key=key, value=value))
+        await _settled(worker)
+        return restored, dict(counts.items())
+
+
+async def test_a_restart_replays_exactly_the_changelog_tail(log_url: str, tmp_path: Path, unique: str) -> None:
+    """On each backend: a change in the changelog past what the local store recorded (a worker
+    killed between sending it and storing it) is the one record the restart replays."""
+    await _run_on(log_url, unique, tmp_path / "state", [("a", 1), ("b", 2), ("a", 3)])
+    client = open_log_client(log_url)
     await client.start()
     try:
-        partition = partition_for_key(key.encode(), 3)
+        partition = partition_for_key(b"a", 3)
         producer = client.producer()
         await producer.start()
-        await producer.send("tcount-counts-changelog", key.encode(), str(value).encode(), partition=partition)
+        await producer.send(f"{unique}-counts-changelog", b"a", b"40", partition=partition)
         await producer.aclose()
-        return partition
     finally:
         await client.aclose()
-
-
-async def _table(tmp: Path) -> dict[str, int]:
-    async with AppDriver(capp.app, data_dir=str(tmp / "log"), state_dir=str(tmp / "state")):
-        return dict(capp.counts.items())
-
-
-async def test_a_restart_replays_exactly_the_changelog_tail(tmp_path: Path) -> None:
-    await _run(tmp_path, [("a", 1), ("b", 2), ("a", 3)])
-    partition = await _append_changelog(tmp_path, "a", 40)
-    restored = await _run(tmp_path, [])
+    restored, table = await _run_on(log_url, unique, tmp_path / "state", [])
     assert restored[("counts", partition)] == 1
     assert sum(restored.values()) == 1
-    assert await _table(tmp_path) == {"a": 40, "b": 2}
+    assert table == {"a": 40, "b": 2}
 
 
 async def test_corrupt_local_state_is_rebuilt_from_the_changelog(tmp_path: Path) -> None:
