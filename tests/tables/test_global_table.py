@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+from pathlib import Path
+
 import streamkit as sk
 from streamkit._core.serde import serde_for
+from streamkit.runtime import Worker
 from streamkit.tables.partition import TablePartition
 from streamkit.tables.store import MemoryStore
 from streamkit.testing import AppDriver
+from streamkit.transport import open_log_client
+from tests.runtime.test_alignment import _read, _settled
 
 
-async def test_a_global_table_answers_any_key_and_joins_by_a_key_function(tmp_path) -> None:
-    app = sk.App("gt")
-    countries = app.topic("countries", key_type=str, value_type=str, partitions=3)
-    users = app.topic("users", key_type=str, value_type=dict, partitions=2)
-    out = app.topic("users-with-country", key_type=str, value_type=dict)
+async def test_a_global_table_answers_any_key_and_joins_by_a_key_function(log_url: str, tmp_path: Path, unique: str) -> None:
+    app = sk.App(unique, broker=log_url, commit_interval=0.2)
+    countries = app.topic(f"{unique}-countries", key_type=str, value_type=str, partitions=3)
+    users = app.topic(f"{unique}-users", key_type=str, value_type=dict, partitions=2)
+    out = app.topic(f"{unique}-users-with-country", key_type=str, value_type=dict)
     names = app.GlobalTable("country_names", key_type=str, value_type=str)
 
     @app.agent(countries)
@@ -24,21 +31,31 @@ async def test_a_global_table_answers_any_key_and_joins_by_a_key_function(tmp_pa
     app.stream(users).join(
         names, lambda u, c: {**u, "country_name": c}, how="left", key=lambda u: u["country"]
     ).to(out)
-    data_dir, state_dir = str(tmp_path / "log"), str(tmp_path / "state")
-    async with AppDriver(app, data_dir=data_dir, state_dir=state_dir) as driver:
+    state_dir = str(tmp_path / "state")
+    async with Worker(app, state_dir=state_dir) as worker:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60
+        while len(worker.assignment()) < 5:  # both inputs' partitions
+            assert loop.time() < deadline, "the worker was not given every input partition"
+            await asyncio.sleep(0.05)
         for code, name in [("fr", "France"), ("jp", "Japan"), ("br", "Brazil"), ("ke", "Kenya")]:
-            await driver.send(countries, name, key=code)
-        await driver.process()
-        await driver.worker.state_manager.catch_up()  # the replicas read the changelog
+            await (await countries.send(key=code, value=name))
+        await _settled(worker)
+        await worker.state_manager.catch_up()  # the replicas read the changelog
         assert sorted(names.held_partitions) == [0, 1, 2]
         assert names["jp"] == "Japan" and names.get("xx") is None
-        await driver.send(users, {"name": "ann", "country": "ke"}, key="u1")
-        await driver.send(users, {"name": "bob", "country": "xx"}, key="u2")
-        await driver.process()
-        joined = {e.key: e.value["country_name"] for e in await driver.read(out)}
+        await (await users.send(key="u1", value={"name": "ann", "country": "ke"}))
+        await (await users.send(key="u2", value={"name": "bob", "country": "xx"}))
+        await _settled(worker)
+    client = open_log_client(log_url)
+    await client.start()
+    try:
+        joined = {r.key.decode(): json.loads(r.value)["country_name"] for r in await _read(client, out.name, "read_uncommitted")}
+    finally:
+        await client.aclose()
     assert joined == {"u1": "Kenya", "u2": None}
     # A restart restores every partition of the global table from its changelog.
-    async with AppDriver(app, data_dir=data_dir, state_dir=state_dir):
+    async with Worker(app, state_dir=state_dir):
         assert dict(names.items()) == {"fr": "France", "jp": "Japan", "br": "Brazil", "ke": "Kenya"}
 
 
