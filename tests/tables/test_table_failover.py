@@ -1,6 +1,7 @@
-"""Two workers on ``streamkit broker`` sharing a table: each answers queries for every key (a
-key the other owns is routed to it); when one is SIGKILLed the survivor takes its partitions
-over and still answers for every key. With a standby replica the takeover replays (almost)
+"""Two workers sharing a table, on ``streamkit broker`` and on Apache Kafka (``broker_url``: two
+worker processes cannot share the embedded log): each answers queries for every key (a key the
+other owns is routed to it); when one is SIGKILLed the survivor takes its partitions over and
+still answers for every key. With a standby replica the takeover replays (almost)
 nothing; without one it replays the partition's whole changelog."""
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from typing import Any
 import pytest
 
 from streamkit._core.partitioner import partition_for_key
-from tests.support.broker import BrokerProcess
 from tests.tables.counting_log import PARTITIONS, committed, produce
 
 HERE = Path(__file__).resolve().parent
@@ -91,12 +91,13 @@ class WorkerProc:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("standby", [0, 1])
-async def test_two_workers_route_queries_and_one_takes_over_the_others_table(tmp_path: Path, standby: int) -> None:
-    broker = BrokerProcess(tmp_path / "broker").start(same_port=False)
-    url = f"kafka://{broker.bootstrap}"
-    env = {**os.environ, "TCOUNT_BROKER": url, "TCOUNT_COMMIT_S": "0.2", "TCOUNT_STANDBY": str(standby),
-           "PYTHONPATH": str(HERE)}
-    await produce(url, [])  # the input topic exists before the workers join
+async def test_two_workers_route_queries_and_one_takes_over_the_others_table(
+    broker_url: str, unique: str, tmp_path: Path, standby: int
+) -> None:
+    url = broker_url
+    env = {**os.environ, "TCOUNT_BROKER": url, "TCOUNT_ID": unique, "TCOUNT_COMMIT_S": "0.2",
+           "TCOUNT_STANDBY": str(standby), "PYTHONPATH": str(HERE)}
+    await produce(url, [], app_id=unique)  # the input topic exists before the workers join
     # Both join at the same moment (a group that once rebalanced forever that way:
     # tests/log/server/test_group_join_storm.py).
     first = WorkerProc(tmp_path, "a", env)
@@ -111,11 +112,11 @@ async def test_two_workers_route_queries_and_one_takes_over_the_others_table(tmp
         rng = random.Random(7)
         pairs = [(rng.choice(KEYS), 1) for _ in range(3000)]
         expected = {k: sum(1 for key, _ in pairs if key == k) for k in {k for k, _ in pairs}}
-        await produce(url, pairs)
+        await produce(url, pairs, app_id=unique)
 
         async def all_committed() -> None:
             for _ in range(600):
-                if await committed(url) >= len(pairs):
+                if await committed(url, unique) >= len(pairs):
                     return
                 await asyncio.sleep(0.1)
             raise AssertionError("the workers did not process everything")
@@ -148,4 +149,3 @@ async def test_two_workers_route_queries_and_one_takes_over_the_others_table(tmp
         if second is not None:
             second.stop(signal.SIGKILL)
         first.stop()
-        broker.stop()
