@@ -1,5 +1,5 @@
-"""Two workers on ``streamkit broker`` sharing an untyped table (keys JSON, as Faust's
-tabletest declares ``counts``): the path ``GET /tables/totals/7`` reads ``7`` as JSON first (the
+"""Two workers on ``streamkit broker`` and on Apache Kafka (``broker_url``) sharing an untyped
+table (keys JSON, as Faust's tabletest declares ``counts``): the path ``GET /tables/totals/7`` reads ``7`` as JSON first (the
 integer 7), then as the string "7", and each reading is routed to the worker holding the
 partition *its* bytes hash to (``7`` and ``"7"`` hash apart), so either worker gives the same
 answer: the string key when only it exists, the integer when both do."""
@@ -13,7 +13,6 @@ import signal
 from pathlib import Path
 
 from streamkit._core.partitioner import partition_for_key
-from tests.support.broker import BrokerProcess
 from tests.tables.counting_log import produce
 from tests.tables.test_table_failover import WorkerProc, _get, _until
 from tests.tables.untyped_app import PARTITIONS
@@ -46,16 +45,17 @@ def _split(first: set[int], second: set[int]) -> dict[str, str]:
     return cases
 
 
-async def _produce(url: str, pairs: list[tuple[object, int]]) -> None:
+async def _produce(url: str, app_id: str, pairs: list[tuple[object, int]]) -> None:
     """Keys as the app's JSON key serializer writes them."""
-    await produce(url, pairs, lambda key: json.dumps(key).encode(), PARTITIONS)
+    await produce(url, pairs, lambda key: json.dumps(key).encode(), PARTITIONS, app_id)
 
 
-async def test_each_reading_of_an_untyped_key_is_routed_to_the_worker_holding_it(tmp_path: Path) -> None:
-    broker = BrokerProcess(tmp_path / "broker").start(same_port=False)
-    url = f"kafka://{broker.bootstrap}"
-    env = {**os.environ, "STREAMKIT_BROKER": url, "PYTHONPATH": str(ROOT)}
-    await _produce(url, [])  # the input topic exists before the workers join
+async def test_each_reading_of_an_untyped_key_is_routed_to_the_worker_holding_it(
+    broker_url: str, unique: str, tmp_path: Path
+) -> None:
+    url = broker_url
+    env = {**os.environ, "STREAMKIT_BROKER": url, "UNTYPED_ID": unique, "PYTHONPATH": str(ROOT)}
+    await _produce(url, unique, [])  # the input topic exists before the workers join
     first = WorkerProc(tmp_path, "a", env, app="tests.tables.untyped_app:app")
     second = WorkerProc(tmp_path, "b", env, app="tests.tables.untyped_app:app")
     try:
@@ -71,7 +71,7 @@ async def test_each_reading_of_an_untyped_key_is_routed_to_the_worker_holding_it
                 pairs.append((text, 100 + int(text)))  # the string key, as str(partition) is
             if name.endswith("/both"):
                 pairs.append((int(text), 1))
-        await _produce(url, pairs)
+        await _produce(url, unique, pairs)
         expected: dict[str, tuple[int, object]] = {}
         for name, text in cases.items():
             if name.endswith("/string"):
@@ -97,4 +97,3 @@ async def test_each_reading_of_an_untyped_key_is_routed_to_the_worker_holding_it
     finally:
         second.stop(signal.SIGTERM)
         first.stop(signal.SIGTERM)
-        broker.stop()
