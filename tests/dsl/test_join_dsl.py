@@ -10,8 +10,10 @@ directory. Two-topic joins, repartitioning and the refusals are checked below.
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,9 +22,12 @@ from hypothesis import strategies as st
 
 import streamkit as sk
 from streamkit._core.errors import ConfigError
+from streamkit.runtime import Worker
 from streamkit.tables.errors import TableError
 from streamkit.testing import AppDriver
 from streamkit.windows import Tumbling
+from tests.runtime.test_alignment import _settled
+from tests.support.workers import read_topic, until_assigned
 from tests.windows.test_join_model import model_join
 
 BASE = 1_700_000_000_000
@@ -117,22 +122,24 @@ def test_join_state_in_memory_gives_the_same_answers() -> None:
     assert asyncio.run(_run("left", records, 2, store="memory://")) == asyncio.run(_run("left", records, 2))
 
 
-async def test_two_topics_with_a_rekeyed_side_are_repartitioned_and_joined() -> None:
-    app = sk.App("rekey")
-    orders = app.topic("orders", key_type=str, value_type=dict, partitions=3)
-    payments = app.topic("payments", key_type=str, value_type=dict, partitions=2)  # keyed by payment id
-    out = app.topic("paid", key_type=str, value_type=dict, partitions=3)
+async def test_two_topics_with_a_rekeyed_side_are_repartitioned_and_joined(log_url: str, tmp_path: Path, unique: str) -> None:
+    """On each backend: the re-keyed side goes through its repartition topic to the join."""
+    app = sk.App(unique, broker=log_url, commit_interval=0.2)
+    orders = app.topic(f"{unique}-orders", key_type=str, value_type=dict, partitions=3)
+    payments = app.topic(f"{unique}-payments", key_type=str, value_type=dict, partitions=2)  # keyed by payment id
+    out = app.topic(f"{unique}-paid", key_type=str, value_type=dict, partitions=3)
     by_order = app.stream(payments).map(lambda k, p: (p["order"], p))
     app.stream(orders).join(by_order, lambda o, p: {"order": o["id"], "amount": p["amount"]}, within=60).to(out)
-    assert "rekey-paid-join-right-repartition" in app.topics
-    assert sorted(s.name for plan in app.plans for s in plan.stages) == ["paid", "paid-join-right"]
-    async with AppDriver(app) as driver:
+    assert f"{unique}-{unique}-paid-join-right-repartition" in app.topics
+    assert sorted(s.name for plan in app.plans for s in plan.stages) == [f"{unique}-paid", f"{unique}-paid-join-right"]
+    async with Worker(app, state_dir=str(tmp_path / "state")) as worker:
+        await until_assigned(worker, 3 + 2 + 3)  # orders, payments, the repartition topic
         for i in range(12):
-            await driver.send(orders, {"id": f"o{i}"}, key=f"o{i}", timestamp=BASE + i * 1000)
+            await (await orders.send(key=f"o{i}", value={"id": f"o{i}"}, timestamp=BASE + i * 1000))
         for i in range(12):
-            await driver.send(payments, {"order": f"o{i}", "amount": i}, key=f"pay-{i}", timestamp=BASE + i * 1000 + 500)
-        await driver.process()
-        got = sorted((e.key, e.value["amount"], e.timestamp - BASE) for e in await driver.read(out))
+            await (await payments.send(key=f"pay-{i}", value={"order": f"o{i}", "amount": i}, timestamp=BASE + i * 1000 + 500))
+        await _settled(worker)
+    got = sorted((r.key.decode(), json.loads(r.value)["amount"], r.timestamp - BASE) for r in await read_topic(log_url, out.name))
     assert got == [(f"o{i}", i, i * 1000 + 500) for i in sorted(range(12), key=lambda i: f"o{i}")]
 
 

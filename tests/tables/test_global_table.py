@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
@@ -12,8 +11,8 @@ from streamkit.runtime import Worker
 from streamkit.tables.partition import TablePartition
 from streamkit.tables.store import MemoryStore
 from streamkit.testing import AppDriver
-from streamkit.transport import open_log_client
-from tests.runtime.test_alignment import _read, _settled
+from tests.runtime.test_alignment import _settled
+from tests.support.workers import read_topic, until_assigned
 
 
 async def test_a_global_table_answers_any_key_and_joins_by_a_key_function(log_url: str, tmp_path: Path, unique: str) -> None:
@@ -33,11 +32,7 @@ async def test_a_global_table_answers_any_key_and_joins_by_a_key_function(log_ur
     ).to(out)
     state_dir = str(tmp_path / "state")
     async with Worker(app, state_dir=state_dir) as worker:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 60
-        while len(worker.assignment()) < 5:  # both inputs' partitions
-            assert loop.time() < deadline, "the worker was not given every input partition"
-            await asyncio.sleep(0.05)
+        await until_assigned(worker, 5)  # both inputs' partitions
         for code, name in [("fr", "France"), ("jp", "Japan"), ("br", "Brazil"), ("ke", "Kenya")]:
             await (await countries.send(key=code, value=name))
         await _settled(worker)
@@ -47,12 +42,7 @@ async def test_a_global_table_answers_any_key_and_joins_by_a_key_function(log_ur
         await (await users.send(key="u1", value={"name": "ann", "country": "ke"}))
         await (await users.send(key="u2", value={"name": "bob", "country": "xx"}))
         await _settled(worker)
-    client = open_log_client(log_url)
-    await client.start()
-    try:
-        joined = {r.key.decode(): json.loads(r.value)["country_name"] for r in await _read(client, out.name, "read_uncommitted")}
-    finally:
-        await client.aclose()
+    joined = {r.key.decode(): json.loads(r.value)["country_name"] for r in await read_topic(log_url, out.name)}
     assert joined == {"u1": "Kenya", "u2": None}
     # A restart restores every partition of the global table from its changelog.
     async with Worker(app, state_dir=state_dir):
