@@ -5,8 +5,10 @@ emitted on close, the late records, and the windows still open, also across a re
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,18 +16,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import streamkit as sk
+from streamkit.runtime import Worker
 from streamkit.testing import AppDriver
 from streamkit.windows import Session, Tumbling
+from tests.runtime.test_alignment import _settled
+from tests.support.workers import read_topic, until_assigned
 from tests.windows.test_reference_model import model_session, model_time
 
 Input = list[tuple[str, int]]  # key, timestamp ms
 BASE = 1_700_000_000_000 - 1_700_000_000_000 % 60_000  # a round minute, far from 0
 
 
-def _app(spec: Any, name: str) -> tuple[sk.App, sk.Topic, sk.Topic, Any]:
-    app = sk.App(name)
-    clicks = app.topic("clicks", key_type=str, value_type=str, partitions=1)
-    out = app.topic("per-window", key_type=str, value_type=dict, partitions=1)
+def _app(spec: Any, name: str, **settings: Any) -> tuple[sk.App, sk.Topic, sk.Topic, Any]:
+    app = sk.App(name, **settings)
+    clicks = app.topic(f"{name}-clicks", key_type=str, value_type=str, partitions=1)
+    out = app.topic(f"{name}-per-window", key_type=str, value_type=dict, partitions=1)
     table = app.stream(clicks).group_by_key().window(spec).count("clicks_per_window", key_type=str, value_type=int)
     table.to_stream(emit="close").to(out)
     return app, clicks, out, table
@@ -78,6 +83,34 @@ def test_session_counts_closes_and_late_records_match_the_model(records: Input, 
     model = model_session(gap, grace, [(k.encode(), ts) for k, ts in records])
     got = asyncio.run(_run(Session(10, grace=2), records, restart))
     assert got == _expected(model, records)
+
+
+async def test_a_tumbling_count_stopped_and_started_again_matches_the_model(log_url: str, tmp_path: Path, unique: str) -> None:
+    """On each backend, a worker (not ``AppDriver``) stopped in the middle: the windows closed,
+    the late records and the windows still open are the model's."""
+    records: Input = [
+        ("a", 0), ("b", 1_000), ("a", 29_000), ("a", 31_000), ("b", 20_000),  # b 20 s: within the grace
+        ("c", 61_000), ("a", 10_000), ("b", 62_000),  # a 10 s: its window closed at 35 s
+        ("a", 95_000), ("c", 70_000), ("b", 64_000), ("c", 40_000),
+    ]
+    size, grace = 30_000, 5_000
+    app, clicks, out, table = _app(Tumbling(30, grace=5), unique, broker=log_url, commit_interval=0.2)
+    for part in (records[:5], records[5:]):
+        async with Worker(app, state_dir=str(tmp_path / "state")) as worker:
+            await until_assigned(worker, 1)
+            for key, ts in part:
+                await (await clicks.send(key=key, value="x", timestamp=BASE + ts))
+            await _settled(worker)
+            final = {(k, s - BASE, e - BASE): v for (k, (s, e)), v in table.items()}
+    emitted = []
+    for r in await read_topic(log_url, out.name):
+        body = json.loads(r.value)
+        emitted.append((r.key.decode(), body["window_start"] - BASE, body["window_end"] - BASE, body["value"]))
+    late = [(r.key.decode(), dict(r.headers)["streamkit.reason"].decode(), int(dict(r.headers)["streamkit.timestamp"]) - BASE)
+            for r in await read_topic(log_url, f"{unique}-late")]
+    model = model_time(size, size, grace, [(k.encode(), ts) for k, ts in records])
+    assert (emitted, late, final) == _expected(model, records)
+    assert late and emitted and final  # each part of the answer is there to get wrong
 
 
 async def test_windows_are_queryable_over_http() -> None:
