@@ -1,14 +1,19 @@
-"""The engine end to end on the embedded log, through the public test kit."""
+"""The engine end to end on the embedded log, through the public test kit (dead letters by a
+worker on every backend, ``log_url``)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 import streamkit as sk
+from streamkit.runtime import Worker
 from streamkit.testing import AppDriver
+from tests.runtime.test_alignment import _settled
+from tests.support.workers import read_topic, until_assigned
 
 
 class Order(sk.Record):
@@ -84,9 +89,11 @@ async def test_group_by_repartitions_so_each_key_meets_in_one_partition() -> Non
     assert all(len(parts) == 1 for parts in where.values())
 
 
-async def test_bad_records_and_failing_handler_go_to_the_dead_letter_topic() -> None:
-    app = make_app()
-    orders = app.topic("orders", value_type=Order)
+async def test_bad_records_and_failing_handler_go_to_the_dead_letter_topic(log_url: str, tmp_path: Path, unique: str) -> None:
+    """On each backend, run by a worker: a record the handler raised on and one that does not
+    decode go to the dead-letter topic with why and where from; the others are handled."""
+    app = sk.App(unique, broker=log_url, commit_interval=0.2)
+    orders = app.topic(f"{unique}-orders", value_type=Order)
     done: list[str] = []
 
     @app.agent(orders)
@@ -96,23 +103,23 @@ async def test_bad_records_and_failing_handler_go_to_the_dead_letter_topic() -> 
                 raise ValueError(f"negative amount in {order.order_id}")
             done.append(order.order_id)
 
-    raw = app.topic("orders", value_type=Order)
-    async with AppDriver(app) as driver:
-        await driver.send(raw, Order("a", "u", 1.0))
-        await driver.send(raw, Order("b", "u", -1.0))
-        await driver.send(app.topic("orders-raw-view", value_serializer="raw"), b"x")  # unrelated topic
-        # an undecodable value, written with a raw serializer straight into "orders"
-        await driver.send(orders, Order("c", "u", 2.0))
-        pending = await sk.Topic(app, "orders", value_serializer="raw").send(value=b"{not json")
-        await pending
-        await driver.send(orders, Order("d", "u", 3.0))
-        await driver.process()
-        dead = await driver.dead_letters()
+    raw = app.topic(f"{unique}-orders", value_type=Order)
+    async with Worker(app, state_dir=str(tmp_path / "state")) as worker:
+        await until_assigned(worker, 1)
+        await (await raw.send(value=Order("a", "u", 1.0)))
+        await (await raw.send(value=Order("b", "u", -1.0)))
+        await (await app.topic(f"{unique}-orders-raw-view", value_serializer="raw").send(value=b"x"))  # unrelated topic
+        # an undecodable value, written with a raw serializer straight into the orders
+        await (await orders.send(value=Order("c", "u", 2.0)))
+        await (await sk.Topic(app, f"{unique}-orders", value_serializer="raw").send(value=b"{not json"))
+        await (await orders.send(value=Order("d", "u", 3.0)))
+        await _settled(worker)
+    dead = await read_topic(log_url, app.dlq_topic.name)
     assert done == ["a", "c", "d"]
     assert len(dead) == 2
     errors = [dict(e.headers)["streamkit.error"].decode() for e in dead]
     assert "negative amount in b" in errors[0]
-    assert "does not decode" in errors[1] and "orders-0 offset 3" in errors[1]
+    assert "does not decode" in errors[1] and f"{unique}-orders-0 offset 3" in errors[1]
     assert dict(dead[1].headers)["streamkit.source.offset"] == b"3"
     assert dead[1].value == b"{not json"
 
