@@ -3,7 +3,7 @@
 - ``plugin``: the shared fixtures: ``broker`` (a ``streamkit broker`` process per module, its
   arguments from ``broker_args``), ``broker_factory`` (brokers a test starts and restarts
   itself), ``log_url`` (the same test on the embedded log, ``streamkit broker`` and Apache Kafka),
-  ``broker_url`` (on the last two: workers in separate processes), ``unique`` (names), ``data_dir``,
+  ``unique`` (names on the shared broker and Kafka), ``data_dir``,
   ``faust_python``; every broker a fixture started must exit cleanly at teardown.
 - ``broker``: ``BrokerProcess`` (the broker as a subprocess) and ``WireClient`` (a raw Kafka
   wire client on aiokafka's structs), for tests that start brokers themselves.

@@ -9,10 +9,9 @@ a traceback behind a passing test fails it. When a test that uses ``broker`` fai
 report.
 
 ``log_url`` runs a test three times: on the embedded log (``file://<tmp>``), on the module's
-broker (``kafka://127.0.0.1:<port>``) and on Apache Kafka (the session's ``kafka``); ``broker_url``
-only on the last two, for tests whose workers are separate processes sharing one log (the
-embedded log belongs to the one process holding its ``.lock``). Both are shared: a test names
-its apps and topics with ``unique``. ``data_dir`` is a data directory not created yet.
+broker (``kafka://127.0.0.1:<port>``) and on Apache Kafka (the session's ``kafka``); the last
+two are shared, so a test names its apps and topics with ``unique``. ``data_dir`` is a data
+directory not created yet.
 ``faust_python`` is a python with faust-streaming (see its docstring).
 
 ``kafka`` is Apache Kafka itself (one KRaft node, ``tests/support/kafka.py``) shared by the
@@ -89,15 +88,6 @@ def broker_factory(tmp_path: Path) -> Iterator[type[BrokerProcess]]:
 def log_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "embedded":
         return f"file://{tmp_path / 'log'}"
-    if request.param == "kafka":
-        kafka: KafkaCluster = request.getfixturevalue("kafka")
-        return f"kafka://{kafka.bootstrap}"
-    broker: BrokerProcess = request.getfixturevalue("broker")
-    return f"kafka://{broker.bootstrap}"
-
-
-@pytest.fixture(params=["broker", "kafka"])
-def broker_url(request: pytest.FixtureRequest) -> str:
     if request.param == "kafka":
         kafka: KafkaCluster = request.getfixturevalue("kafka")
         return f"kafka://{kafka.bootstrap}"

@@ -1,6 +1,6 @@
-"""Two workers on ``streamkit broker`` and on Apache Kafka (``broker_url``) sharing an untyped
-table (keys JSON, as Faust's tabletest declares ``counts``): the path ``GET /tables/totals/7`` reads ``7`` as JSON first (the
-integer 7), then as the string "7", and each reading is routed to the worker holding the
+"""Two worker processes on each backend (``log_url``) sharing an untyped table (keys JSON, as
+Faust's tabletest declares ``counts``): the path ``GET /tables/totals/7`` reads ``7`` as JSON
+first (the integer 7), then as the string "7", and each reading is routed to the worker holding the
 partition *its* bytes hash to (``7`` and ``"7"`` hash apart), so either worker gives the same
 answer: the string key when only it exists, the integer when both do."""
 
@@ -51,9 +51,9 @@ async def _produce(url: str, app_id: str, pairs: list[tuple[object, int]]) -> No
 
 
 async def test_each_reading_of_an_untyped_key_is_routed_to_the_worker_holding_it(
-    broker_url: str, unique: str, tmp_path: Path
+    log_url: str, unique: str, tmp_path: Path
 ) -> None:
-    url = broker_url
+    url = log_url
     env = {**os.environ, "STREAMKIT_BROKER": url, "UNTYPED_ID": unique, "PYTHONPATH": str(ROOT)}
     await _produce(url, unique, [])  # the input topic exists before the workers join
     first = WorkerProc(tmp_path, "a", env, app="tests.tables.untyped_app:app")

@@ -1,5 +1,5 @@
-"""Two workers sharing a table, on ``streamkit broker`` and on Apache Kafka (``broker_url``: two
-worker processes cannot share the embedded log): each answers queries for every key (a key the
+"""Two worker processes sharing a table, on each backend (``log_url``; on the embedded log the
+first worker serves the directory to the other): each answers queries for every key (a key the
 other owns is routed to it); when one is SIGKILLed the survivor takes its partitions over and
 still answers for every key. With a standby replica the takeover replays (almost)
 nothing; without one it replays the partition's whole changelog."""
@@ -92,9 +92,9 @@ class WorkerProc:
 @pytest.mark.slow
 @pytest.mark.parametrize("standby", [0, 1])
 async def test_two_workers_route_queries_and_one_takes_over_the_others_table(
-    broker_url: str, unique: str, tmp_path: Path, standby: int
+    log_url: str, unique: str, tmp_path: Path, standby: int
 ) -> None:
-    url = broker_url
+    url = log_url
     env = {**os.environ, "TCOUNT_BROKER": url, "TCOUNT_ID": unique, "TCOUNT_COMMIT_S": "0.2",
            "TCOUNT_STANDBY": str(standby), "PYTHONPATH": str(HERE)}
     await produce(url, [], app_id=unique)  # the input topic exists before the workers join
