@@ -261,18 +261,21 @@ async def test_sigkill_restart_reprocesses_only_after_last_commit(log_url: str, 
 
 @pytest.mark.parametrize("leave", [signal.SIGTERM, signal.SIGKILL], ids=["leaves", "dies"])
 async def test_two_workers_share_partitions_and_rebalance_without_loss(
-    broker: object, unique: str, tmp_path: Path, leave: signal.Signals
+    log_url: str, unique: str, tmp_path: Path, leave: signal.Signals
 ) -> None:
     """Several worker processes on one broker: one joins mid-stream, one leaves (or dies)
     mid-stream; a dead member's partitions move once its session times out."""
-    url = f"kafka://{broker.bootstrap}"  # type: ignore[attr-defined]
+    url = log_url
     total = 16000
     await produce_ints(url, f"{unique}-in", total)
     log_a, log_b = tmp_path / "a.log", tmp_path / "b.log"
     a = start_worker(unique, url, 0.003, log_a)
     b = None
     try:
-        # b joins once a is mid-stream: a committed some records, not all.
+        # b joins once a is mid-stream: a committed some records, not all. (Not asked before a
+        # is assigned: on the embedded log a starting worker holds the directory before it
+        # serves it, and a client opened then is refused.)
+        await until_logged(a, log_a, f"assigned {unique}-in-")
         done = await until_committed(url, unique, f"{unique}-in", 4, lambda n: n > 0, [a], [log_a])
         assert done < total
         b = start_worker(unique, url, 0.003, log_b)
