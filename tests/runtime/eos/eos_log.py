@@ -1,6 +1,7 @@
 """The exactly-once app's log as the tests see it from outside a worker: inputs produced to
 ``events`` (value: a unique input id), the outputs read committed or not, the changelog's
-bounds and the local table state (read-only, while no worker runs)."""
+bounds and the local table state (read-only, while no worker runs). ``app_id`` names the app
+(``EOS_ID``) whose topics they are."""
 
 from __future__ import annotations
 
@@ -11,21 +12,23 @@ from collections import Counter
 from streamkit._core.partitioner import partition_for_key
 from streamkit._core.types import TopicPartition
 from streamkit.transport.connect import open_log_client
+from tests.runtime.eos.eos_app import DEFAULT_ID, topic_names
 
 PARTITIONS = 3
 
 
-async def produce(url: str, pairs: list[tuple[str, int]]) -> None:
+async def produce(url: str, pairs: list[tuple[str, int]], app_id: str = DEFAULT_ID) -> None:
+    events = topic_names(app_id)[0]
     client = open_log_client(url)
     await client.start()
     try:
-        await client.ensure_topic("events", PARTITIONS)
+        await client.ensure_topic(events, PARTITIONS)
         producer = client.producer()
         await producer.start()
         now_ms = int(time.time() * 1000)
         for key, value in pairs:
             raw = key.encode()
-            wait = producer.send_nowait("events", partition_for_key(raw, PARTITIONS), raw, str(value).encode(), now_ms)
+            wait = producer.send_nowait(events, partition_for_key(raw, PARTITIONS), raw, str(value).encode(), now_ms)
             if wait is not None:
                 await wait
         await producer.aclose()
@@ -33,15 +36,16 @@ async def produce(url: str, pairs: list[tuple[str, int]]) -> None:
         await client.aclose()
 
 
-async def outputs(url: str, isolation_level: str) -> list[tuple[str, int, int]]:
+async def outputs(url: str, isolation_level: str, app_id: str = DEFAULT_ID) -> list[tuple[str, int, int]]:
     """Every record of ``results``: (key, input id, count), per partition in offset order."""
+    results = topic_names(app_id)[1]
     client = open_log_client(url)
     await client.start()
     reader = client.reader(isolation_level=isolation_level)
     out: list[tuple[str, int, int]] = []
     try:
         for p in range(PARTITIONS):
-            tp = TopicPartition("results", p)
+            tp = TopicPartition(results, p)
             offset, end = await reader.bounds(tp)
             while offset < end:
                 chunk = await reader.read(tp, offset, 10_000)
@@ -57,12 +61,12 @@ async def outputs(url: str, isolation_level: str) -> list[tuple[str, int, int]]:
     return out
 
 
-async def committed(url: str) -> int:
+async def committed(url: str, app_id: str = DEFAULT_ID) -> int:
     client = open_log_client(url)
     await client.start()
-    consumer = client.consumer("eoscount")
+    consumer = client.consumer(app_id)
     try:
-        return sum([await consumer.committed(TopicPartition("events", p)) or 0 for p in range(PARTITIONS)])
+        return sum([await consumer.committed(TopicPartition(topic_names(app_id)[0], p)) or 0 for p in range(PARTITIONS)])
     finally:
         await consumer.aclose()
         await client.aclose()
@@ -92,7 +96,7 @@ def reference(pairs: list[tuple[str, int]]) -> dict[str, int]:
     return model
 
 
-async def changelog_table(url: str) -> dict[str, int]:
+async def changelog_table(url: str, app_id: str = DEFAULT_ID) -> dict[str, int]:
     """The latest committed value of each key of the table's changelog."""
     client = open_log_client(url)
     await client.start()
@@ -100,7 +104,7 @@ async def changelog_table(url: str) -> dict[str, int]:
     table: dict[str, int] = {}
     try:
         for p in range(PARTITIONS):
-            tp = TopicPartition("eoscount-counts-changelog", p)
+            tp = TopicPartition(f"{app_id}-counts-changelog", p)
             offset, end = await reader.bounds(tp)
             while offset < end:
                 chunk = await reader.read(tp, offset, 10_000)
