@@ -15,6 +15,8 @@ A spec (every key present)::
      "agg": [kind, name],                   # "count", "sum", "reduce", "aggregate", "latest"
      "stream": null | {"emit": "update" | "close", "ops": [[kind, name], ...], "partitions": n}}
 
+and optionally ``"expires": seconds``, the windowed table's ``expires=`` (its store's retention).
+
 ``group`` null and ``agg`` "latest" is ``to_table``; ``stream`` is ``to_stream(...)`` through
 ``ops`` into the topic ``out``. Every function takes ``None`` values (tombstones) in stride.
 """
@@ -112,13 +114,14 @@ def build(spec: dict[str, Any], broker: str, *, into: Any = None, prefix: str = 
         if spec["window"] is not None:
             wkind, *seconds = spec["window"]
             windowed = grouped.window(WINDOWS[wkind](*seconds))
+            options = {"expires": spec["expires"]} if spec.get("expires") is not None else {}
             if kind == "count":
-                table = windowed.count(prefix + TABLE)
+                table = windowed.count(prefix + TABLE, **options)
             elif kind == "reduce":
-                table = windowed.reduce(prefix + TABLE, REDUCERS[name][0])
+                table = windowed.reduce(prefix + TABLE, REDUCERS[name][0], **options)
             else:
                 initializer, adder, merger, _ = AGGREGATORS[name]
-                table = windowed.aggregate(prefix + TABLE, initializer, adder, merger)
+                table = windowed.aggregate(prefix + TABLE, initializer, adder, merger, **options)
         elif kind == "count":
             table = grouped.count(prefix + TABLE)
         elif kind == "sum":

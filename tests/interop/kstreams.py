@@ -14,8 +14,10 @@ A **case** is one JSON line::
   max_difference, grace]``, ``["session", gap, grace]``): Kafka Streams takes ms, and the
   streamkit side divides by 1000. The Java side mirrors the menus by name; the stream
   operator ``map_values: text`` is not mirrored (Python's and Jackson's JSON text differ).
-  An optional ``retention_ms`` sets the window store's retention in Kafka Streams
-  (``Materialized.withRetention``; streamkit ignores it).
+  An optional ``retention_ms`` sets the window store's retention: in Kafka Streams
+  ``Materialized.withRetention``, in streamkit ``expires=`` on the windowed table. Both
+  sides must have it: a sliding window aggregation reads only the windows its store still
+  retains, so the retention decides which earlier window a late record's new windows copy.
   ``stream.emit = "close"`` is ``suppress(Suppressed.untilWindowCloses(unbounded()))`` on
   the windowed table (what streamkit's ``to_stream(emit="close")`` follows: a window is
   emitted once stream time reaches its end + grace, and again if a record still lands in it);
@@ -236,6 +238,8 @@ def _build(spec: dict[str, Any], app: sk.App, p: str) -> _Built:
     local = {**spec, "partitions": 1}
     if spec.get("window") is not None:
         local["window"] = _seconds(spec["window"])
+    if spec.get("retention_ms") is not None:
+        local["expires"] = spec["retention_ms"] / 1000
     if local.get("stream") is not None:
         local["stream"] = {**local["stream"], "partitions": 1}
     result = ps.build(local, "file://.streamkit-unused", into=app, prefix=p)
