@@ -9,7 +9,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup system interop demo test test-matrix dist lint check bench clean
+.PHONY: setup system interop oracle demo test test-matrix dist lint check bench clean
 
 setup: $(VENV)/.installed
 
@@ -26,6 +26,11 @@ system:
 # Kafka Streams, the oracle of streamkit's semantics and a peer in its benchmarks (Java, Maven).
 interop:
 	bash scripts/interop.sh
+
+# The oracle's long run (not in `make test`): 10,000 cases per family, families one after another,
+# their counts in a table: make oracle [FAMILIES="tumbling session"] [STREAMKIT_ORACLE_CASES=n]
+oracle: setup interop
+	bash scripts/oracle-long.sh $(FAMILIES)
 
 demo: setup
 	bash scripts/demo.sh

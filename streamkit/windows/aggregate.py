@@ -77,7 +77,7 @@ from streamkit.windows.keys import (
     window_range,
 )
 from streamkit.windows.lateness import PARTLY_LATE, LateCounter
-from streamkit.windows.session import merge_session
+from streamkit.windows.session import merge_session, session_hidden
 from streamkit.windows.sliding import fetch_bounds, plan_sliding, sliding_late
 from streamkit.windows.spec import Hopping, Session, Sliding, WindowSpec
 from streamkit.windows.store import DeferredWrite, DeferringStore, SortedMemoryStore, WindowStore
@@ -343,12 +343,13 @@ class WindowAggregator(Generic[V, A]):
     def _process_session(
         self, spec: Session, key: bytes, ts: int, value: V, step: Step[V, A]
     ) -> str | None:
-        # The sessions kept are the open ones (a closed session is deleted when it closes):
-        # they end within gap + grace of stream time and are more than a gap apart, so this
-        # scan of the key's sessions starting up to ts + gap reads only a few.
+        # With the default retention the sessions kept are the open ones (a closed session is
+        # deleted when it closes): they end within gap + grace of stream time and are more
+        # than a gap apart, so this scan of the key's sessions starting up to ts + gap reads
+        # only a few (with expires=, the ones of the retention).
         lo, hi = window_range(key, MIN_MS, ts + spec.gap_ms)
         found = [(w.start, w.end, w) for w in self._scan(key, lo, hi)]
-        merge = merge_session(spec, found, ts, self.stream_time.ms, self._previous_stream_time)
+        merge = merge_session(spec, found, ts, self.stream_time.ms, self._previous_stream_time, self.retention_ms)
         if merge.late is not None:
             return merge.late
         merger = self.aggregation.merger
@@ -367,9 +368,9 @@ class WindowAggregator(Generic[V, A]):
         agg = self.aggregation.adder(agg, value)
         self._index(key, merge.start_ms, merge.end_ms)
         self._put(key, _Window(merge.start_ms, merge.end_ms, max_ts, agg), step)
-        if spec.expired(merge.end_ms, self.stream_time.ms):
-            # Made closed (it ends at stream time - gap - grace): emitted, and no later record
-            # sees it (the session store's retention hides it already).
+        if session_hidden(spec, merge.end_ms, self.stream_time.ms, self.retention_ms):
+            # Made past the retention (with the default, closed: it ends at stream time - gap -
+            # grace): emitted, and no later record sees it (the session store hides it already).
             self._delete(key, merge.start_ms, merge.end_ms)
         return None
 

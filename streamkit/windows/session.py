@@ -7,13 +7,16 @@ A session ``[start, end]`` runs from its first to its last record (both inclusiv
 
 A session is *closed* once ``stream time >= end + gap + grace`` (``Session.close_bound``): it is
 emitted on close then (``suppress(untilWindowCloses)``, whose grace for sessions is gap +
-grace), and the session store no longer returns it (its retention is gap + grace from the end,
-and ``AbstractRocksDBSegmentedBytesStore.getActualFrom`` hides anything older than stream time
-less the retention), so a record never merges into a closed session: a record within the gap
-of one starts a new session of its own. The store's time is the largest session end written
-before the record's own write: the stream time before the record (the record that moves
-stream time writes a session ending there), so a record that moves stream time still merges a
-session its own arrival closes (and that session, merged away, is not emitted).
+grace). The session store returns a session while ``end > store time - retention``
+(``AbstractRocksDBSegmentedBytesStore.getActualFrom``; sessions are kept by their end): with
+the default retention, gap + grace, that is while it is open, so a record never merges into a
+closed session: a record within the gap of one starts a new session of its own. With a longer
+retention (``expires=``, Kafka Streams' ``Materialized.withRetention``) a closed session the
+store still holds merges with a record that reaches it, if the merged session is not late:
+it is emitted again, merged (``session_hidden``). The store's time is the largest session end
+written before the record's own write: the stream time before the record (the record that
+moves stream time writes a session ending there), so a record that moves stream time still
+merges a session its own arrival closes (and that session, merged away, is not emitted).
 
 A record is late (``SessionMerge.late == "window-closed"``) when the session it would make ends
 before ``stream time - gap - grace`` (Kafka Streams drops it). A session ending exactly there
@@ -51,25 +54,34 @@ def session_overlaps(spec: Session, start_ms: int, end_ms: int, ts_ms: int) -> b
     return end_ms >= ts_ms - spec.gap_ms and start_ms <= ts_ms + spec.gap_ms
 
 
+def session_hidden(spec: Session, end_ms: int, store_time_ms: int, retention_ms: int | None = None) -> bool:
+    """Whether the session store no longer returns a session ending at ``end_ms``: it ends
+    at or before its time less the retention (default: gap + grace, so once it is closed)."""
+    retention = spec.retention_ms if retention_ms is None else retention_ms
+    return end_ms <= store_time_ms - retention
+
+
 def merge_session(
     spec: Session,
     sessions: Sequence[tuple[int, int, T]],
     ts_ms: int,
     stream_time_ms: int,
     store_time_ms: int | None = None,
+    retention_ms: int | None = None,
 ) -> SessionMerge[T]:
     """Merge a record at ``ts_ms`` with the key's ``sessions`` (start, end, value).
 
-    ``sessions`` may hold sessions the record does not reach, or closed ones; they are
-    ignored. Stream time is the one after observing the record; ``store_time_ms`` the one
+    ``sessions`` may hold sessions the record does not reach, or ones the store hides; they
+    are ignored. Stream time is the one after observing the record; ``store_time_ms`` the one
     before (default: the same), as the session store's time is the largest session end
-    written before this record's: a session is hidden once closed at that time.
+    written before this record's: a session is hidden once past the retention at that time
+    (``retention_ms``, default gap + grace: once closed).
     """
     store_time = stream_time_ms if store_time_ms is None else store_time_ms
     joined = [
         s
         for s in sessions
-        if session_overlaps(spec, s[0], s[1], ts_ms) and not spec.closed(s[1], store_time)
+        if session_overlaps(spec, s[0], s[1], ts_ms) and not session_hidden(spec, s[1], store_time, retention_ms)
     ]
     start = min([ts_ms, *(s[0] for s in joined)])
     end = max([ts_ms, *(s[1] for s in joined)])

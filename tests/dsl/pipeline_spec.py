@@ -15,6 +15,8 @@ A spec (every key present)::
      "agg": [kind, name],                   # "count", "sum", "reduce", "aggregate", "latest"
      "stream": null | {"emit": "update" | "close", "ops": [[kind, name], ...], "partitions": n}}
 
+and optionally ``"expires": seconds``, the windowed table's ``expires=`` (its store's retention).
+
 ``group`` null and ``agg`` "latest" is ``to_table``; ``stream`` is ``to_stream(...)`` through
 ``ops`` into the topic ``out``. Every function takes ``None`` values (tombstones) in stride.
 """
@@ -92,43 +94,50 @@ STREAM_MENUS: dict[str, dict[str, Callable[..., Any]]] = {
 }
 
 
-def build(spec: dict[str, Any], broker: str) -> Any:
-    """The app ``spec`` describes, on ``broker``: its one table is ``TABLE``."""
-    app = sk.App(APP_ID, broker=broker)
-    source = app.topic(SOURCE, key_type=str, value_type=int, partitions=spec["partitions"])
+def build(spec: dict[str, Any], broker: str, *, into: Any = None, prefix: str = "") -> Any:
+    """The app ``spec`` describes, on ``broker``: its one table is ``TABLE``.
+
+    ``into``: declare the pipeline in that app instead of a new one, its topics and table
+    named ``prefix`` + ``SOURCE``/``TABLE``/``OUT`` (the oracle runs many cases in one app,
+    each in its own topics, so its own tasks and stream time), and answer the table."""
+    app = sk.App(APP_ID, broker=broker) if into is None else into
+    source = app.topic(prefix + SOURCE, key_type=str, value_type=int, partitions=spec["partitions"])
     stream = app.stream(source)
     for kind, name in spec["before"]:
         stream = getattr(stream, kind)(MENUS[kind][name])
     kind, name = spec["agg"]
     if spec["group"] is None:
         assert kind == "latest" and spec["window"] is None
-        table = stream.to_table(TABLE)
+        table = stream.to_table(prefix + TABLE)
     else:
         grouped = stream.group_by_key() if spec["group"] == ["key"] else stream.group_by(GROUP_BY[spec["group"][1]])
         if spec["window"] is not None:
             wkind, *seconds = spec["window"]
             windowed = grouped.window(WINDOWS[wkind](*seconds))
+            options = {"expires": spec["expires"]} if spec.get("expires") is not None else {}
             if kind == "count":
-                table = windowed.count(TABLE)
+                table = windowed.count(prefix + TABLE, **options)
             elif kind == "reduce":
-                table = windowed.reduce(TABLE, REDUCERS[name][0])
+                table = windowed.reduce(prefix + TABLE, REDUCERS[name][0], **options)
             else:
                 initializer, adder, merger, _ = AGGREGATORS[name]
-                table = windowed.aggregate(TABLE, initializer, adder, merger)
+                table = windowed.aggregate(prefix + TABLE, initializer, adder, merger, **options)
         elif kind == "count":
-            table = grouped.count(TABLE)
+            table = grouped.count(prefix + TABLE)
         elif kind == "sum":
-            table = grouped.sum(TABLE, SUMS[name])
+            table = grouped.sum(prefix + TABLE, SUMS[name])
         elif kind == "reduce":
-            table = grouped.reduce(TABLE, REDUCERS[name][0])
+            table = grouped.reduce(prefix + TABLE, REDUCERS[name][0])
         else:
             initializer, adder, _merger, _ = AGGREGATORS[name]
-            table = grouped.aggregate(TABLE, initializer, adder)
+            table = grouped.aggregate(prefix + TABLE, initializer, adder)
     out = spec["stream"]
     if out is not None:
         changes = table.to_stream(emit=out["emit"]) if spec["window"] is not None else table.to_stream()
         for op_kind, op_name in out["ops"]:
             changes = getattr(changes, op_kind)(STREAM_MENUS[op_kind][op_name])
-        changes.to(app.topic(OUT, key_type=str, partitions=out["partitions"]))
-    app.result = table  # type: ignore[attr-defined]
-    return app
+        changes.to(app.topic(prefix + OUT, key_type=str, partitions=out["partitions"]))
+    if into is None:
+        app.result = table  # type: ignore[attr-defined]
+        return app
+    return table

@@ -147,6 +147,23 @@ def test_a_closed_session_takes_no_late_record() -> None:
     assert [late.ts_ms for late in result.late] == [1000807]
 
 
+def test_a_closed_session_the_retention_keeps_merges_a_record_that_reaches_it() -> None:
+    # Found by the oracle's long run (538 of 10,000 session cases, a day's retention). Gap 4,
+    # grace 1: [10, 10] closes at stream time 15, so at 16 (b's record) it is emitted; a record
+    # at 12 is not late (its session would end at 12 >= 16 - 5). With the default retention (gap + grace)
+    # the session store hides [10, 10] and the record makes [12, 12]; with a longer one
+    # (Materialized.withRetention; expires=) KStreamSessionWindowAggregate finds it and merges.
+    records = [(b"a", 10, 9), (b"b", 16, 3), (b"a", 12, 2), (b"b", 40, 1)]
+
+    def closed(retention_ms: int | None) -> list[tuple[bytes, int, int, int]]:
+        aggregator = WindowAggregator(Session(ms(4), grace=ms(1)), SUM, emit="close", retention_ms=retention_ms)
+        emitted = [w for key, ts, value in records for w in aggregator.process(key, ts, value).emitted]
+        return [(w.key, w.start_ms, w.end_ms, w.value) for w in emitted if w.key == b"a"]
+
+    assert closed(None) == [(b"a", 10, 10, 9), (b"a", 12, 12, 2)]
+    assert closed(1000) == [(b"a", 10, 10, 9), (b"a", 10, 12, 11)]
+
+
 def test_a_session_made_closed_is_emitted_at_once_and_forgotten() -> None:
     # Gap 5, grace 0, stream time 20: a record of k at 15 (= 20 - 5) is not dropped
     # (KStreamSessionWindowAggregate keeps mergedWindow.end() >= windowCloseTime) but its
