@@ -137,14 +137,14 @@ class EmbeddedProducer:
         try:
             return self._client.log.partition(tp.topic, tp.partition)
         except (UnknownTopicError, TransportError) as exc:
-            self._fail(batch, TransportError(f"cannot send to {tp}: {exc}"))
+            self._fail(batch, refused(f"cannot send to {tp}", exc))
             return None
 
     def _append_inline(self, partition: Partition, batch: BufferedBatch) -> None:
         try:
             result = partition.append(batch.encoded(), verify_crc=False)
         except LogError as exc:
-            self._fail(batch, TransportError(f"append to {partition.tp} failed: {exc}"))
+            self._fail(batch, refused(f"append to {partition.tp} failed", exc))
         else:
             batch.future.set_result(result.base_offset)
 
@@ -160,7 +160,7 @@ class EmbeddedProducer:
             else:
                 result = partition.append(data, verify_crc=False)
         except LogError as exc:
-            self._fail(batch, TransportError(f"append to {tp} failed: {exc}"))
+            self._fail(batch, refused(f"append to {tp} failed", exc))
         else:
             batch.future.set_result(result.base_offset)
         finally:
@@ -183,3 +183,12 @@ class EmbeddedProducer:
         if self._failures:
             first, self._failures = self._failures[0], []
             raise first
+
+
+def refused(what: str, exc: Exception) -> TransportError:
+    """The error of a batch the log refused, retriable as the log's own error is: a log in this
+    process refuses a batch for what it is (too large, its topic missing), so sending it again
+    changes nothing, and an at-least-once worker must stop rather than process it again."""
+    error = TransportError(f"{what}: {exc}")
+    error.retriable = bool(getattr(exc, "retriable", False))
+    return error

@@ -28,7 +28,7 @@ from streamkit.transport.base import (
     metadata_too_large,
     with_metadata,
 )
-from streamkit.transport.embedded.producer import BufferedBatch, EmbeddedProducer
+from streamkit.transport.embedded.producer import BufferedBatch, EmbeddedProducer, refused
 
 if TYPE_CHECKING:
     from streamkit.transport.embedded.client import EmbeddedLogClient
@@ -186,7 +186,7 @@ class EmbeddedTransactionalProducer(EmbeddedProducer):
                 self._fail(batch, ProducerFencedError(f"append to {tp} refused, the producer was fenced: {exc}"))
                 continue
             except LogError as exc:
-                self._fail(batch, TransportError(f"append to {tp} failed: {exc}"))
+                self._fail(batch, refused(f"append to {tp} failed", exc))
                 continue
             self._sequences[tp] = (sequence + len(batch.builder)) % _SEQUENCE_MODULUS
             batch.future.set_result(result.base_offset)
