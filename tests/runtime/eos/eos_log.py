@@ -12,6 +12,7 @@ from collections import Counter
 from streamkit._core.partitioner import partition_for_key
 from streamkit._core.types import TopicPartition
 from streamkit.transport.connect import open_log_client
+from streamkit.transport.kafka_tools import KafkaTools
 from tests.runtime.eos.eos_app import DEFAULT_ID, topic_names
 
 PARTITIONS = 3
@@ -62,6 +63,13 @@ async def outputs(url: str, isolation_level: str, app_id: str = DEFAULT_ID) -> l
 
 
 async def committed(url: str, app_id: str = DEFAULT_ID) -> int:
+    """The offsets the group committed, summed. Over the wire, as Kafka's admin reads them (not
+    stable): after a SIGKILL the dead worker's transaction holds offsets until the next owner's
+    InitProducerId or the transaction timeout (60 s) aborts it, and a stable read waits for that
+    (Apache Kafka answers UNSTABLE_OFFSET_COMMIT meanwhile)."""
+    if url.startswith("kafka://"):
+        async with KafkaTools(url.removeprefix("kafka://")) as tools:
+            return sum((await tools.committed(app_id, topic_names(app_id)[0])).values())
     client = open_log_client(url)
     await client.start()
     consumer = client.consumer(app_id)
