@@ -27,6 +27,7 @@ takes a partition's lock for short, bounded steps, so appends are not stalled.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -442,10 +443,8 @@ class LogManager:
                 # All or nothing: no metadata names these directories, so they go.
                 for partition in made:
                     self._partitions.pop(partition.tp, None)
-                    try:
+                    with contextlib.suppress(OSError):
                         partition.close()
-                    except OSError:
-                        pass
                 for p in range(len(made) + 1 if len(made) < partitions else partitions):
                     try:
                         self._remove_dir(self.data_dir / f"{name}-{p}")

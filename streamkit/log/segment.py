@@ -35,6 +35,7 @@ batches the open does not walk. As in Kafka, a clean shutdown is trusted.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import os
 import threading
 import weakref
@@ -800,15 +801,11 @@ class Segment:
     def delete(self) -> None:
         if self.read_only:
             raise LogClosedError(f"{self.log_path} is open read-only")
-        try:
+        with contextlib.suppress(FileNotFoundError):
             self.fileno()  # readers holding this segment keep reading the unlinked file
-        except FileNotFoundError:
-            pass
         for path in (self.log_path, self.index_path, self.timeindex_path):
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 path.unlink()
-            except FileNotFoundError:
-                pass
 
     @property
     def is_empty(self) -> bool:
@@ -844,7 +841,5 @@ class _FileHandle:
         with self._lock:
             fd, self.fd = self.fd, -1
         if fd >= 0:
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass

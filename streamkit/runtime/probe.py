@@ -17,6 +17,7 @@ an ``@app.task``. The probe runs no timers or tasks and writes no state.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable
 from dataclasses import dataclass
@@ -140,7 +141,5 @@ async def _run_probe(agent: Agent, found: list[Hop]) -> None:
         logger.warning("agent %s raised while its topology was probed: %r", agent.name, exc)
     finally:
         if agent.is_generator:
-            try:
+            with contextlib.suppress(_ProbeStop, RuntimeError):
                 await result.aclose()
-            except (_ProbeStop, RuntimeError):
-                pass

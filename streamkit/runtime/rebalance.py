@@ -297,11 +297,7 @@ class Rebalancer:
                     if tries > 1:
                         logger.info("%s opened after %d tries", what, tries)
                     return True
-                try:
-                    await asyncio.wait_for(self._give_way.wait(), delay)
-                except TimeoutError:
-                    pass
-                else:
+                if await self._gave_way_within(delay):
                     if not self._stopping:
                         logger.info("%s: a rebalance began, the assignment it ends with opens the tasks here", what)
                     return False
@@ -313,6 +309,15 @@ class Rebalancer:
         finally:
             for partition in partitions:
                 self.reopening.pop(partition, None)
+
+    async def _gave_way_within(self, delay: float) -> bool:
+        """Whether a rebalance or a stop asked the back-off to give way within ``delay`` seconds
+        (False: the back-off ran its course, and the tasks are tried again)."""
+        try:
+            await asyncio.wait_for(self._give_way.wait(), delay)
+        except TimeoutError:
+            return False
+        return True
 
     async def _undo(self, partitions: list[int]) -> None:
         """What a failed try opened closes: its tasks, tables' partitions and producers (the

@@ -9,6 +9,7 @@ still wakes them: no wakeup is lost.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Iterable
 
@@ -27,10 +28,8 @@ class AppendNotifier:
         if threading.get_ident() == self._loop_thread:
             self._wake(tp)
         else:
-            try:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the broker is shutting down
                 self._loop.call_soon_threadsafe(self._wake, tp)
-            except RuntimeError:  # the loop is closed: the broker is shutting down
-                pass
 
     def _wake(self, tp: TopicPartition) -> None:
         for fut in self._waiters.pop(tp, ()):
