@@ -299,7 +299,7 @@ class EmbeddedAccess:
         if cached is None or cached[0] != high_watermark:
             cached = self._txn_states[part.tp] = (high_watermark, scan_state(part))
         state = cached[1]
-        stable = last_stable_offset(state, high_watermark)
+        stable = last_stable_offset(state, high_watermark, part.log_start_offset)
         if offset >= stable:
             part.read(offset, 1)  # raises OffsetOutOfRangeError past the end, like a read
             return Fetched([], offset, stable)
