@@ -25,6 +25,7 @@ from streamkit.log.errors import (
     PolicyViolationError,
     UnknownTopicError,
 )
+from streamkit.log.inspect import verify_data_dir
 from streamkit.log.manager import LogManager
 from streamkit.log.offsets import OFFSETS_TOPIC
 from streamkit.log.partition import HIGH_WATERMARK, LOG_START_OFFSET_FILE, Partition
@@ -169,7 +170,7 @@ def test_the_manager_refuses_what_kafka_refuses(tmp_path: Path) -> None:
         log.create_topic("compacted", 1, {"cleanup.policy": "compact"})
         log.create_topic("both", 1, {"cleanup.policy": "compact,delete"})
         log.partition("both", 0).append_records(records(3))
-        with pytest.raises(PolicyViolationError, match="cleanup.policy is compact"):
+        with pytest.raises(PolicyViolationError, match=r"cleanup\.policy is compact"):
             log.delete_records("compacted", 0, 0)
         assert log.delete_records("both", 0, 2) == 2
         with pytest.raises(UnknownTopicError):
@@ -237,3 +238,19 @@ def test_the_log_start_follows_a_simple_model(tmp_path_factory: pytest.TempPathF
                 part.read(start - 1)
         assert [o for o, _ in read_all(part) if o >= start] == list(range(start, hw))
     part.close()
+
+
+def test_log_verify_accepts_the_start_and_reports_it_as_the_first_offset(tmp_path: Path) -> None:
+    with LogManager(tmp_path) as log:
+        log.create_topic("t", 1, {"segment.bytes": "250"})
+        for _ in range(10):
+            log.partition("t", 0).append_records(records(1))
+        log.delete_records("t", 0, 5)
+    report = verify_data_dir(tmp_path)
+    assert report.clean and not report.notes
+    (summary,) = [s for s in report.partitions if s.name == "t-0"]
+    assert (summary.first_offset, summary.next_offset) == (5, 10)
+    (tmp_path / "t-0" / LOG_START_OFFSET_FILE).write_text("99\n")
+    report = verify_data_dir(tmp_path)
+    assert report.clean and report.notes == [f"{tmp_path / 't-0'}: log start offset 99 lies past the log's end 10 "
+                                              "(the next open takes the end)"]

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
-from aiokafka.protocol.admin import ApiVersionRequest_v0, DeleteRecordsRequest_v0, DeleteRecordsRequest_v1
+from aiokafka.protocol.admin import (
+    ApiVersionRequest_v0,
+    DeleteRecordsRequest_v0,
+    DeleteRecordsRequest_v1,
+)
 from aiokafka.structs import TopicPartition as AioTopicPartition
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
