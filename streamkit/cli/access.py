@@ -112,6 +112,11 @@ class LogAccess(Protocol):
 
     def describe_topic(self, name: str) -> TopicState: ...
 
+    def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """Move the partition's log start offset up to ``offset`` (-1: the high watermark),
+        Kafka's DeleteRecords; return the log start offset it has then."""
+        ...
+
     def produce(
         self, topic: str, partition: int, records: Sequence[NewRecord], *, compression: str = "none"
     ) -> int:
@@ -251,6 +256,9 @@ class EmbeddedAccess:
         self._log(write=True).add_partitions(name, total)
         return self.describe_topic(name)
 
+    def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        return self._log(write=True).delete_records(topic, partition, offset)
+
     def describe_topic(self, name: str) -> TopicState:
         log = self._log()
         desc = log.describe_topic(name)
@@ -380,6 +388,9 @@ class BrokerAccess:
         self._run(self._tools.add_partitions(name, total))
         return self.describe_topic(name)
 
+    def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        return self._run(self._tools.delete_records(topic, partition, offset))
+
     def describe_topic(self, name: str) -> TopicState:
         desc = self._run(self._tools.describe_topic(name))
         partitions = tuple(
@@ -477,6 +488,9 @@ class DataDirAccess:
 
     def add_partitions(self, name: str, total: int) -> TopicState:
         return self._access(write=True).add_partitions(name, total)
+
+    def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        return self._access(write=True).delete_records(topic, partition, offset)
 
     def describe_topic(self, name: str) -> TopicState:
         return self._access().describe_topic(name)
