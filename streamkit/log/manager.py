@@ -7,7 +7,8 @@ Layout::
                                        log over the wire, so others use it instead of failing
     <data>/.clean_shutdown             present only while no process has the directory open
     <data>/.meta/topics/<topic>.json   partition count and config of each topic
-    <data>/<topic>-<partition>/        a partition's segments (see partition.py, segment.py)
+    <data>/<topic>-<partition>/        a partition's segments, recovery-point and log-start-offset
+                                       (see partition.py, segment.py)
     <data>/__consumer_offsets-0/       committed group offsets (see offsets.py)
 
 Only one process opens a data directory for writing; a second gets ``DataDirLockedError``.
