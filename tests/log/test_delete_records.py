@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamkit._core.clock import ManualClock
-from streamkit.log import reader
+from streamkit.log import compaction, reader
 from streamkit.log.config import TopicConfig
 from streamkit.log.errors import (
     InvalidTopicError,
@@ -30,7 +30,7 @@ from streamkit.log.manager import LogManager
 from streamkit.log.offsets import OFFSETS_TOPIC
 from streamkit.log.partition import HIGH_WATERMARK, LOG_START_OFFSET_FILE, Partition
 from streamkit.log.producers import last_stable_offset, scan_state
-from streamkit.log.records import build_batch, decode_batches
+from streamkit.log.records import NewRecord, build_batch, decode_batches
 from tests.log.test_partition import T0, TP, open_partition, read_all, records
 
 
@@ -254,3 +254,17 @@ def test_log_verify_accepts_the_start_and_reports_it_as_the_first_offset(tmp_pat
     report = verify_data_dir(tmp_path)
     assert report.clean and report.notes == [f"{tmp_path / 't-0'}: log start offset 99 lies past the log's end 10 "
                                               "(the next open takes the end)"]
+
+
+def test_compaction_keeps_working_after_the_start_moved(tmp_path: Path) -> None:
+    part = open_partition(tmp_path, segment_bytes=250, cleanup_policy="compact,delete", min_compaction_lag_ms=0)
+    for i in range(12):
+        part.append_records([NewRecord(f"k{i % 3}".encode(), f"v{i}".encode(), T0)])
+    part.delete_records(5)
+    report = compaction.compact(part, T0, force=True)
+    assert report is not None and report.records_removed > 0
+    assert part.log_start_offset == 5
+    with pytest.raises(OffsetOutOfRangeError):
+        part.read(4)
+    # The latest value of each key survives; nothing below the start is readable.
+    assert [(o, v) for o, v in read_all(part) if o >= 5][-3:] == [(9, b"v9"), (10, b"v10"), (11, b"v11")]
