@@ -44,6 +44,7 @@ API_RANGES: dict[int, tuple[str, int, int]] = {
     18: ("ApiVersions", 0, 3),
     19: ("CreateTopics", 2, 4),
     20: ("DeleteTopics", 1, 3),
+    21: ("DeleteRecords", 0, 2),
     22: ("InitProducerId", 0, 1),
     24: ("AddPartitionsToTxn", 0, 1),
     25: ("AddOffsetsToTxn", 0, 1),

@@ -112,6 +112,11 @@ class LogAccess(Protocol):
 
     def describe_topic(self, name: str) -> TopicState: ...
 
+    def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """Move the partition's log start offset up to ``offset`` (-1: the high watermark),
+        Kafka's DeleteRecords; return the log start offset it has then."""
+        ...
+
     def produce(
         self, topic: str, partition: int, records: Sequence[NewRecord], *, compression: str = "none"
     ) -> int:
@@ -251,6 +256,9 @@ class EmbeddedAccess:
         self._log(write=True).add_partitions(name, total)
         return self.describe_topic(name)
 
+    def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        return self._log(write=True).delete_records(topic, partition, offset)
+
     def describe_topic(self, name: str) -> TopicState:
         log = self._log()
         desc = log.describe_topic(name)
@@ -299,7 +307,7 @@ class EmbeddedAccess:
         if cached is None or cached[0] != high_watermark:
             cached = self._txn_states[part.tp] = (high_watermark, scan_state(part))
         state = cached[1]
-        stable = last_stable_offset(state, high_watermark)
+        stable = last_stable_offset(state, high_watermark, part.log_start_offset)
         if offset >= stable:
             part.read(offset, 1)  # raises OffsetOutOfRangeError past the end, like a read
             return Fetched([], offset, stable)
@@ -379,6 +387,9 @@ class BrokerAccess:
     def add_partitions(self, name: str, total: int) -> TopicState:
         self._run(self._tools.add_partitions(name, total))
         return self.describe_topic(name)
+
+    def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        return self._run(self._tools.delete_records(topic, partition, offset))
 
     def describe_topic(self, name: str) -> TopicState:
         desc = self._run(self._tools.describe_topic(name))
@@ -477,6 +488,9 @@ class DataDirAccess:
 
     def add_partitions(self, name: str, total: int) -> TopicState:
         return self._access(write=True).add_partitions(name, total)
+
+    def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        return self._access(write=True).delete_records(topic, partition, offset)
 
     def describe_topic(self, name: str) -> TopicState:
         return self._access().describe_topic(name)

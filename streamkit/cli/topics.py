@@ -1,4 +1,4 @@
-"""``streamkit topics``: create, list, describe, alter and delete topics."""
+"""``streamkit topics``: create, list, describe, alter and delete topics, delete records."""
 
 from __future__ import annotations
 
@@ -118,3 +118,22 @@ def delete(name: str, target: LogTarget) -> None:
     with open_access(target, warn=warn) as access:
         access.delete_topic(name)
     click.echo(f"deleted topic {name}")
+
+
+@topics.command("delete-records")
+@click.argument("name")
+@click.option("--partition", "-p", type=click.IntRange(min=0), required=True, help="The partition.")
+@click.option(
+    "--offset", "-o", type=click.IntRange(min=-1), required=True,
+    help="Delete the records below this offset; -1: all of them (up to the high watermark).",
+)
+@log_target_options
+def delete_records(name: str, partition: int, offset: int, target: LogTarget) -> None:
+    """Delete the records of NAME's --partition below --offset (Kafka's kafka-delete-records).
+
+    The partition's log start offset moves up to --offset and never back: reading below it
+    fails, consumers starting from the beginning start there.
+    """
+    with open_access(target, warn=warn) as access:
+        low_watermark = access.delete_records(name, partition, offset)
+    click.echo(f"{name}-{partition}: log start offset {low_watermark}")

@@ -6,7 +6,10 @@
           CorruptRecordError        ... found damaged on disk or in a frame
         UnsupportedCompressionError a batch uses a codec we cannot read
         RecordTooLargeError         a batch exceeds the topic's max.message.bytes
-        OffsetOutOfRangeError       a read starts outside [log_start_offset, high_watermark]
+        OffsetOutOfRangeError       a read starts outside [log_start_offset, high_watermark],
+                                    or DeleteRecords names an offset past the high watermark
+        PolicyViolationError        the topic's config forbids it (DeleteRecords on a topic
+                                    without the delete cleanup policy)
         UnknownTopicError           no such topic or partition
         TopicExistsError            create of a topic that exists
         InvalidTopicError           an unusable topic name or config
@@ -50,6 +53,10 @@ class OffsetOutOfRangeError(LogError):
         self.offset = offset
         self.log_start_offset = log_start_offset
         self.high_watermark = high_watermark
+
+
+class PolicyViolationError(LogError):
+    """The topic's configuration forbids the operation."""
 
 
 class UnknownTopicError(LogError):

@@ -15,7 +15,9 @@ timestamps are not used to check what follows.
 
 * each batch: length, magic, CRC, record count against its offset delta;
 * offsets: every batch starts at or after the segment's base offset and after the previous
-  batch's last offset, across segments too, and fits a relative offset (int32);
+  batch's last offset, across segments too, and fits a relative offset (int32); a log start
+  offset DeleteRecords set (``log-start-offset``) inside the first segment is the partition's
+  first offset; one past the log's end is a note (the next open takes the end);
 * ``.index``: whole 8-byte entries, increasing, each naming the start position of a batch
   and that batch's last offset; a non-empty log has at least one entry;
 * ``.timeindex``: whole 12-byte entries, timestamps strictly increasing, each naming a batch's
@@ -39,6 +41,7 @@ from pathlib import Path
 
 from streamkit.log.errors import InvalidRecordError
 from streamkit.log.index import OFFSET_ENTRY, TIME_ENTRY
+from streamkit.log.partition import read_log_start_offset
 from streamkit.log.records import (
     BATCH_OVERHEAD,
     CRC_START,
@@ -354,6 +357,13 @@ def _verify_partition(directory: Path, report: VerifyReport) -> PartitionSummary
         if summary.first_offset is None:
             summary.first_offset = base
     summary.next_offset = next_offset
+    start = read_log_start_offset(directory)
+    if summary.first_offset is not None and next_offset is not None and start > summary.first_offset:
+        if start > next_offset:
+            report.notes.append(
+                f"{directory}: log start offset {start} lies past the log's end {next_offset} (the next open takes the end)"
+            )
+        summary.first_offset = min(start, next_offset)
     summary.problems = len(report.problems) - before
     return summary
 

@@ -7,7 +7,8 @@ Layout::
                                        log over the wire, so others use it instead of failing
     <data>/.clean_shutdown             present only while no process has the directory open
     <data>/.meta/topics/<topic>.json   partition count and config of each topic
-    <data>/<topic>-<partition>/        a partition's segments (see partition.py, segment.py)
+    <data>/<topic>-<partition>/        a partition's segments, recovery-point and log-start-offset
+                                       (see partition.py, segment.py)
     <data>/__consumer_offsets-0/       committed group offsets (see offsets.py)
 
 Only one process opens a data directory for writing; a second gets ``DataDirLockedError``.
@@ -52,6 +53,7 @@ from streamkit.log.errors import (
     InvalidTopicError,
     LogClosedError,
     LogError,
+    PolicyViolationError,
     TopicExistsError,
     UnknownTopicError,
 )
@@ -495,6 +497,34 @@ class LogManager:
         os.replace(directory, doomed)
         fsync_dir(self.data_dir)
         shutil.rmtree(doomed, ignore_errors=True)
+
+    def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """Kafka's DeleteRecords on one partition: move its log start offset up to ``offset``
+        (-1: the high watermark; see ``Partition.delete_records``) and return the log start
+        offset it has then (Kafka's low watermark).
+
+        >>> import tempfile
+        >>> from streamkit.log.records import NewRecord
+        >>> with tempfile.TemporaryDirectory() as d, LogManager(d) as log:
+        ...     _ = log.create_topic("events", partitions=1)
+        ...     _ = log.partition("events", 0).append_records([NewRecord(b"k", b"v", 0)] * 5)
+        ...     log.delete_records("events", 0, 3)
+        3
+
+        Raises ``UnknownTopicError``, ``InvalidTopicError`` for an internal topic,
+        ``PolicyViolationError`` when the topic's ``cleanup.policy`` lacks ``delete`` (as Kafka),
+        ``OffsetOutOfRangeError`` for an offset past the high watermark or below -1.
+        """
+        self._check_open()
+        self._check_writable()
+        if topic in INTERNAL_TOPICS:
+            raise InvalidTopicError(f"cannot delete records of internal topic {topic!r}")
+        part = self.partition(topic, partition)
+        if "delete" not in part.config.cleanup_policy:
+            raise PolicyViolationError(
+                f"records of {topic}-{partition} cannot be deleted: its cleanup.policy is {part.config.cleanup_policy}"
+            )
+        return part.delete_records(offset)
 
     def alter_topic_config(
         self, name: str, changes: Mapping[str, str], *, replace: bool = False

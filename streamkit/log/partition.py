@@ -4,8 +4,14 @@ Invariants:
 
 * offsets are assigned here, densely, in append order: a batch of n records appended at log
   end offset L gets offsets L..L+n-1 and the log end offset becomes L+n;
-* ``log_start_offset <= high_watermark``; the log start only moves forward (retention), the
-  high watermark only moves forward (appends);
+* ``log_start_offset <= high_watermark``; the log start only moves forward (retention, or
+  ``delete_records`` into a segment), the high watermark only moves forward (appends);
+* the log start offset is the larger of the first segment's base offset and the offset
+  ``delete_records`` last set (Kafka's DeleteRecords). That offset is kept in
+  ``log-start-offset``, written (fsynced, renamed into place, directory fsynced) after the data
+  below it is flushed, so after a crash it never lies past the recovered log's end; segments
+  wholly below it are deleted at once; the records below it in the first segment stay in the
+  file, unreadable;
 * a single node has no replicas, so the high watermark is the log end offset: everything
   appended is visible to readers once ``append`` returns;
 * appends and segment-list changes hold ``_lock``; readers take a snapshot of the segment list
@@ -86,6 +92,7 @@ class Partition:
         self._unflushed_segments: list[Segment] = []
         self._dir_dirty = False
         self._recovery_point = 0
+        self._deleted_below = 0  # set by delete_records; see log_start_offset
         self._last_flush_ms = clock.monotonic_ms()
         self._closed = False
         self.listeners: list[AppendListener] = []
@@ -161,17 +168,22 @@ class Partition:
                         )
                     )
                 break
+        # Never past the log's end: the file is written after a flush of what lies below it, so
+        # a larger value means the directory was damaged or edited; the end is the most it may say.
+        deleted_below = read_log_start_offset(self.directory)
         if ro:
             if not segments:  # nothing on disk: an empty log, in memory only
                 segments.append(Segment(self.directory, 0, self.config.index_interval_bytes, read_only=True))
             self._set_segments(segments)
             self._recovery_point = segments[-1].next_offset
+            self._deleted_below = min(deleted_below, segments[-1].next_offset)
             return reports
         if not segments:
             segments.append(Segment.create(self.directory, 0, self.config.index_interval_bytes))
             # The new file's name must be durable before an fsynced append to it counts.
             fsync_dir(self.directory)
         self._set_segments(segments)
+        self._deleted_below = min(deleted_below, segments[-1].next_offset)
         if clean_shutdown:
             self._recovery_point = segments[-1].next_offset
             _write_recovery_point(self.directory, self._recovery_point)
@@ -212,7 +224,7 @@ class Partition:
 
     @property
     def log_start_offset(self) -> int:
-        return self._segments[0].base_offset
+        return max(self._segments[0].base_offset, self._deleted_below)
 
     @property
     def high_watermark(self) -> int:
@@ -372,7 +384,7 @@ class Partition:
         below the cap), and the cap: ``max_offset`` or the high watermark."""
         segments, bases = self._view
         hw = segments[-1].next_offset
-        start = segments[0].base_offset
+        start = max(segments[0].base_offset, self._deleted_below)
         if offset < start or offset > hw:
             raise OffsetOutOfRangeError(offset, start, hw)
         limit = hw if max_offset is None else min(max_offset, hw)
@@ -382,9 +394,11 @@ class Partition:
         return segments[i:], limit
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record with timestamp >= ``timestamp``."""
+        """(offset, timestamp) of the first record with timestamp >= ``timestamp`` at or
+        after the log start offset (records below it were deleted, as in Kafka)."""
+        start = self.log_start_offset
         for seg in self._segments:
-            if seg.max_timestamp < timestamp:
+            if seg.max_timestamp < timestamp or seg.next_offset <= start:
                 continue
             bound = seg.time_index.lookup(timestamp)
             if bound >= seg.base_offset:
@@ -404,7 +418,7 @@ class Partition:
                 except InvalidRecordError as exc:
                     raise CorruptRecordError(f"{seg.log_path} at position {pos}: {exc}") from exc
                 for record in decode_records(header, view):
-                    if record.timestamp >= timestamp:
+                    if record.timestamp >= timestamp and record.offset >= start:
                         return record.offset, record.timestamp
         return None
 
@@ -427,6 +441,41 @@ class Partition:
             seg.delete()
         return n
 
+    def delete_records(self, offset: int) -> int:
+        """Move the log start offset up to ``offset`` (Kafka's DeleteRecords); return the new
+        log start offset (Kafka's low watermark).
+
+        ``offset`` -1 (``HIGH_WATERMARK``) means the high watermark. The start never moves back:
+        an offset at or below it changes nothing. The records below it can no longer be read;
+        the segments wholly below it are deleted. Raises ``OffsetOutOfRangeError`` for an
+        offset above the high watermark or below -1, ``LogClosedError`` when closed or read-only.
+        """
+        doomed: list[Segment] = []
+        with self._lock:
+            if self._closed or self.read_only:
+                raise LogClosedError(f"partition {self.tp} is {'closed' if self._closed else 'open read-only'}")
+            hw = self.high_watermark
+            target = hw if offset == HIGH_WATERMARK else offset
+            if not 0 <= target <= hw:
+                raise OffsetOutOfRangeError(target, self.log_start_offset, hw)
+            if target <= self.log_start_offset:
+                return self.log_start_offset
+            if target > self._recovery_point:
+                # The start offset must never be durable ahead of the records below it: after
+                # a crash the log would end before its own start.
+                self._flush_locked(persist=True)
+            _write_log_start_offset(self.directory, target)
+            self._deleted_below = target
+            segments = self._segments
+            keep = bisect.bisect_right([s.base_offset for s in segments], target) - 1
+            if keep > 0:
+                doomed = segments[:keep]
+                self._set_segments(segments[keep:])
+            start = self.log_start_offset
+        for seg in doomed:
+            seg.delete()
+        return start
+
     def replace_segment(self, old: Segment, install: Callable[[], Segment]) -> bool:
         """Swap in a rewritten copy of ``old`` (the compactor); False if ``old`` is gone."""
         with self._lock:
@@ -441,6 +490,8 @@ class Partition:
 
 
 RECOVERY_POINT_FILE = "recovery-point"
+LOG_START_OFFSET_FILE = "log-start-offset"
+HIGH_WATERMARK = -1  # delete_records up to the high watermark (Kafka's DeleteRecordsRequest)
 
 
 def _read_recovery_point(directory: Path) -> int:
@@ -457,6 +508,27 @@ def _write_recovery_point(directory: Path, offset: int) -> None:
     tmp = directory / (RECOVERY_POINT_FILE + ".tmp")
     tmp.write_text(f"{offset}\n")
     os.replace(tmp, directory / RECOVERY_POINT_FILE)
+
+
+def read_log_start_offset(directory: Path) -> int:
+    """The offset ``delete_records`` last set in partition directory ``directory``; 0 when
+    none was (or the file is unreadable). The log start offset is the larger of it and the
+    first segment's base offset."""
+    try:
+        return max(0, int((directory / LOG_START_OFFSET_FILE).read_text().strip()))
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def _write_log_start_offset(directory: Path, offset: int) -> None:
+    # Durable before DeleteRecords answers: a lost update would bring deleted records back.
+    tmp = directory / (LOG_START_OFFSET_FILE + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(f"{offset}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, directory / LOG_START_OFFSET_FILE)
+    fsync_dir(directory)
 
 
 def _cap_at(data: bytes, limit: int) -> bytes:

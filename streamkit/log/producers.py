@@ -266,13 +266,15 @@ def scan_state(partition: Partition) -> PartitionProducerState:
     return state
 
 
-def last_stable_offset(state: PartitionProducerState | None, high_watermark: int) -> int:
+def last_stable_offset(state: PartitionProducerState | None, high_watermark: int, log_start_offset: int) -> int:
     """Where read_committed reading stops: the first offset of the oldest open transaction,
-    else the high watermark."""
+    else the high watermark. Never below the log start offset: DeleteRecords may move the start
+    past an open transaction's first offset, and Kafka then takes the start as the first
+    unstable offset (``UnifiedLog.maybeIncrementFirstUnstableOffset``)."""
     if state is None:
         return high_watermark
     first = state.first_unstable_offset()
-    return high_watermark if first is None else min(first, high_watermark)
+    return high_watermark if first is None else min(max(first, log_start_offset), high_watermark)
 
 
 def committed_records(

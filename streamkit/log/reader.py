@@ -12,7 +12,9 @@ no lock, opens every file read-only and never writes. What it guarantees:
   do not yet form a whole batch are an append in progress (the owner writes a batch with more
   than one ``write``), so a read ends before them, as the owner's high watermark would;
 * offsets come from the files alone: the log start offset is the first segment's base offset
-  (retention deletes whole segments), the end offset is the offset after the last whole batch.
+  (retention deletes whole segments) or, when larger, the offset DeleteRecords moved it to
+  (``log-start-offset``, see ``partition.py``); the records below it are never yielded; the
+  end offset is the offset after the last whole batch.
 
 The ``.index`` file only speeds up finding where to start; an entry that does not name the
 batch it points at is ignored and the segment is walked from its start.
@@ -31,6 +33,7 @@ from pathlib import Path
 from streamkit._core.errors import ConfigError
 from streamkit.log.errors import CorruptRecordError, UnknownTopicError
 from streamkit.log.index import OFFSET_ENTRY
+from streamkit.log.partition import read_log_start_offset
 from streamkit.log.records import (
     BATCH_OVERHEAD,
     CRC_START,
@@ -102,14 +105,19 @@ def partition_bounds(data_dir: str | os.PathLike[str], topic: str, partition: in
     segments = list_segments(data_dir, topic, partition)
     if not segments:
         return 0, 0
-    start = segments[0].base_offset
+    start = max(segments[0].base_offset, _deleted_below(data_dir, topic, partition))
     # A segment is created at the log end offset: an empty last one's base offset is the end.
     newest = segments[-1].base_offset
     for seg in reversed(segments):
         end = _segment_end(seg, last=seg is segments[-1])
         if end is not None:
-            return start, max(newest, end)
-    return start, newest
+            end = max(newest, end)
+            return min(start, end), end
+    return min(start, newest), newest
+
+
+def _deleted_below(data_dir: str | os.PathLike[str], topic: str, partition: int) -> int:
+    return read_log_start_offset(Path(data_dir) / f"{topic}-{partition}")
 
 
 def _segment_end(seg: SegmentFile, *, last: bool) -> int | None:
@@ -140,6 +148,7 @@ def read_batches(
     A view it still holds (or a slice of one) when the segment is done makes the read fail.
     """
     segments = list_segments(data_dir, topic, partition)
+    start_offset = max(start_offset, _deleted_below(data_dir, topic, partition))
     for i, seg in enumerate(segments):
         nxt = segments[i + 1].base_offset if i + 1 < len(segments) else None
         if nxt is not None and nxt <= start_offset:
@@ -161,14 +170,16 @@ def offset_for_timestamp(
     data_dir: str | os.PathLike[str], topic: str, partition: int, timestamp: int
 ) -> int | None:
     """The first offset whose record's timestamp is >= ``timestamp`` (Kafka's ListOffsets
-    lookup), or None when no record is that late."""
+    lookup), or None when no record is that late. Records below the log start offset count
+    as deleted."""
     segments = list_segments(data_dir, topic, partition)
+    start = _deleted_below(data_dir, topic, partition)
     for seg in segments:
         for _pos, header, data in _walk_data(seg, 0, last=seg is segments[-1]):
-            if header.max_timestamp < timestamp or header.is_control:
+            if header.max_timestamp < timestamp or header.is_control or header.next_offset <= start:
                 continue
             for record in decode_records(header, data):
-                if record.timestamp >= timestamp:
+                if record.timestamp >= timestamp and record.offset >= start:
                     return record.offset
     return None
 

@@ -3,7 +3,7 @@
 One of the two modules that import aiokafka (the engine's driver is ``transport.kafka``).
 ``KafkaTools`` is what ``streamkit topics/produce/consume --bootstrap`` need and no more:
 list, create, delete and describe topics (admin client, Metadata, ListOffsets and
-DescribeConfigs); append records to a partition as one batch (the producer's
+DescribeConfigs); delete records below an offset (DeleteRecords); append records to a partition as one batch (the producer's
 ``create_batch``/``send_batch``); read a partition from an offset (a group-less consumer
 with ``assign``/``seek``/``getmany``); read a group's committed offsets and commit offsets
 for a group without joining it (generation -1, the "simple consumer" commit).
@@ -51,13 +51,14 @@ from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka import TopicPartition as KafkaTP
-from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic, RecordsToDelete
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import (
     KafkaConnectionError,
     KafkaError,
     MessageSizeTooLargeError,
+    PolicyViolationError,
     RecordListTooLargeError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
@@ -494,6 +495,31 @@ class KafkaTools:
                 raise TopicNotFoundError(name)
             if topic == name and code:
                 raise _rejected(f"topic {name!r} cannot be deleted", code, None)
+
+    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """Move ``topic``-``partition``'s log start offset up to ``offset`` (-1: the high
+        watermark), as ``kafka-delete-records`` does; return the new log start offset."""
+        where = f"cannot delete records of {topic}-{partition}"
+        count = await self.partition_count(topic)
+        if count is None:
+            raise TopicNotFoundError(topic)
+        if not 0 <= partition < count:
+            raise PartitionNotFoundError(where, topic, partition, count)
+        admin = await self._admin_client()
+        tp = KafkaTP(topic, partition)
+        try:
+            async with _errors(where):
+                low = await admin.delete_records({tp: RecordsToDelete(before_offset=offset)})
+        except TransportError as exc:
+            code = getattr(exc.__cause__, "errno", None)
+            if code == KafkaOffsetOutOfRange.errno:
+                raise BrokerRejectedError(f"{where}: offset {offset} is past the partition's high watermark") from exc
+            if code == PolicyViolationError.errno:
+                raise BrokerRejectedError(f"{where}: the topic's cleanup.policy does not include delete") from exc
+            if isinstance(code, int):
+                raise _rejected(where, code, None) from exc
+            raise
+        return int(low[tp])
 
     async def _forget(self, topic: str) -> None:
         """Close the clients that may track ``topic`` (they start again when needed).

@@ -346,3 +346,33 @@ def test_topics_alter_adds_partitions(broker: BrokerProcess, tmp_path: Path, whe
     missing = sk("topics", "alter", name, *target)
     assert missing.exit_code == 2
     one_line_error(missing.stderr, "--partitions")
+
+
+@pytest.mark.parametrize("where", ["broker", "data-dir"])
+def test_topics_delete_records_moves_the_log_start(broker: BrokerProcess, tmp_path: Path, where: str) -> None:
+    target = ("--bootstrap", broker.bootstrap) if where == "broker" else ("--data-dir", str(tmp_path / "log"))
+    name = f"trim-{where}"
+    assert sk("topics", "create", name, "-p", "2", *target).exit_code == 0
+    assert sk("produce", name, "-p", "0", *target, input="a\nb\nc\nd\n").exit_code == 0
+    trimmed = sk("topics", "delete-records", name, "--partition", "0", "--offset", "3", *target)
+    assert trimmed.exit_code == 0, trimmed.output
+    assert trimmed.stdout == f"{name}-0: log start offset 3\n"
+    lines = sk("topics", "describe", name, *target).stdout.splitlines()
+    assert lines[3].split()[:3] == ["0", "3", "4"]
+    consumed = sk("consume", name, "-p", "0", "--from-beginning", *target)
+    assert consumed.exit_code == 0 and consumed.stdout == "d\n", consumed.output
+    everything = sk("topics", "delete-records", name, "-p", "0", "-o", "-1", *target)
+    assert everything.stdout == f"{name}-0: log start offset 4\n"
+    past = sk("topics", "delete-records", name, "-p", "0", "-o", "9", *target)
+    assert past.exit_code == 2
+    one_line_error(past.stderr, "9")
+    no_partition = sk("topics", "delete-records", name, "-p", "7", "-o", "0", *target)
+    assert no_partition.exit_code == 2
+    one_line_error(no_partition.stderr, name)
+    unknown = sk("topics", "delete-records", f"{name}-nope", "-p", "0", "-o", "0", *target)
+    assert unknown.exit_code == 2
+    one_line_error(unknown.stderr, f"{name}-nope")
+    assert sk("topics", "create", f"{name}-c", "-c", "cleanup.policy=compact", *target).exit_code == 0
+    compacted = sk("topics", "delete-records", f"{name}-c", "-p", "0", "-o", "0", *target)
+    assert compacted.exit_code == 2
+    one_line_error(compacted.stderr, f"{name}-c-0", "cleanup.policy")

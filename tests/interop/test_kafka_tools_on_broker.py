@@ -158,21 +158,35 @@ def test_kafka_perf_tools_produce_and_consume_every_record(broker: BrokerProcess
     assert int(dict(zip(header, values, strict=True))["data.consumed.in.nMsg"]) == 5000
 
 
-def test_kafka_delete_records_is_refused_by_name(broker: BrokerProcess, unique: str, tmp_path: Path) -> None:
-    """A gap (docs/kafka.md): streamkit broker does not serve DeleteRecords. The tool exits 0
-    but names the refusal for the partition, and the records stay."""
-    b = broker.bootstrap
-    make_topic(b, unique, 1)
-    produce(b, unique, [(0, b"k", b"v")] * 3)
-    plan = tmp_path / "delete.json"
-    plan.write_text(json.dumps({"partitions": [{"topic": unique, "partition": 0, "offset": 2}], "version": 1}))
-    out = run(b, "DeleteRecordsCommand", "--offset-json-file", str(plan))
-    assert f"partition: {unique}-0\terror: org.apache.kafka.common.errors.UnsupportedVersionException: " \
-           "The node does not support DELETE_RECORDS" in out
-    assert run(b, "GetOffsetShell", "--topic", unique, "--time", "-2").split() == [f"{unique}:0:0"]
-
-
 # -- the tools this issue made work, on both brokers -----------------------------------------
+
+
+def test_kafka_delete_records_moves_the_low_watermark_and_consumers_start_there(
+    target: Target, unique: str, tmp_path: Path
+) -> None:
+    """``kafka-delete-records`` answers a low watermark per partition (-1 is the high
+    watermark), an offset past the high watermark is refused by name, and then ListOffsets
+    EARLIEST and a consumer reading from the beginning start at the new log start offset."""
+    b = target.bootstrap
+    make_topic(b, unique, 2)
+    produce(b, unique, [(p, b"k", f"p{p}-v{i}".encode()) for p in (0, 1) for i in range(4)])
+    plan = tmp_path / "delete.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": unique, "partition": 0, "offset": 3},
+        {"topic": unique, "partition": 1, "offset": -1},
+    ]}))
+    out = run(b, "DeleteRecordsCommand", "--offset-json-file", str(plan))
+    assert f"partition: {unique}-0\tlow_watermark: 3" in out
+    assert f"partition: {unique}-1\tlow_watermark: 4" in out
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": unique, "partition": 0, "offset": 9}]}))
+    refused = run(b, "DeleteRecordsCommand", "--offset-json-file", str(plan))
+    assert f"partition: {unique}-0\terror: org.apache.kafka.common.errors.OffsetOutOfRangeException: " in refused
+    earliest = run(b, "GetOffsetShell", "--topic", unique, "--time", "-2").split()
+    assert sorted(earliest) == [f"{unique}:0:3", f"{unique}:1:4"]
+    produce(b, unique, [(1, b"k", b"p1-v4")])
+    consumed = run(b, "consumer.ConsoleConsumer", "--topic", unique, "--group", unique, "--from-beginning",
+                   "--max-messages", "2", "--timeout-ms", "30000")
+    assert sorted(consumed.split()) == ["p0-v3", "p1-v4"]
 
 
 def test_kafka_configs_alter_adds_and_deletes_a_topic_config(target: Target, unique: str) -> None:

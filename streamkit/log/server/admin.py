@@ -1,8 +1,15 @@
-"""CreateTopics (v2-v4), DeleteTopics (v1-v3) and CreatePartitions (v0-v1).
+"""CreateTopics (v2-v4), DeleteTopics (v1-v3), CreatePartitions (v0-v1) and DeleteRecords (v0-v2).
 
 Topic configs travel under Kafka's names (``retention.ms``...) and are checked by
 ``TopicConfig.from_kafka``. On one node a replication factor of 1 (or -1, "the default",
 at v4) is the only one possible. Describing and altering configs is ``config_apis.py``.
+
+DeleteRecords answers as Kafka's ``ReplicaManager.deleteRecords``: per partition the low
+watermark (the log start offset after the call) or -1 with UNKNOWN_TOPIC_OR_PARTITION,
+INVALID_TOPIC_EXCEPTION (an internal topic), POLICY_VIOLATION (``cleanup.policy`` without
+``delete``) or OFFSET_OUT_OF_RANGE (past the high watermark, or below -1). One node has no
+followers to wait for, so the answer is immediate and ``timeout_ms`` is not used; a partition
+named twice is answered once, for the offset named last (Kafka keeps a map).
 """
 
 from __future__ import annotations
@@ -11,12 +18,13 @@ from streamkit.log.config import TopicConfig
 from streamkit.log.errors import (
     InvalidPartitionsError,
     InvalidTopicError,
+    LogError,
     TopicExistsError,
     UnknownTopicError,
 )
 from streamkit.log.manager import INTERNAL_TOPICS, validate_topic_name
 from streamkit.log.server.codec import RequestHeader
-from streamkit.log.server.error_codes import ErrorCode
+from streamkit.log.server.error_codes import ErrorCode, code_for
 from streamkit.log.server.messages import (
     CreatePartitionsRequest,
     CreatePartitionsResponse,
@@ -26,6 +34,10 @@ from streamkit.log.server.messages import (
     CreateTopicsCreatableTopicResult,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteRecordsPartitionResult,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DeleteRecordsTopicResult,
     DeleteTopicsDeletableTopicResult,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
@@ -158,3 +170,24 @@ async def _create_partitions(
     except InvalidPartitionsError as exc:  # another request grew it meanwhile
         return ErrorCode.INVALID_PARTITIONS, str(exc)
     return ErrorCode.NONE, None
+
+
+async def delete_records(
+    state: BrokerState, header: RequestHeader, request: DeleteRecordsRequest
+) -> DeleteRecordsResponse:
+    wanted: dict[str, dict[int, int]] = {}
+    for topic in request.topics:
+        for part in topic.partitions:
+            wanted.setdefault(topic.name, {})[part.partition_index] = part.offset
+    results = []
+    for name, offsets in wanted.items():
+        parts = []
+        for index, offset in offsets.items():
+            low_watermark, code = -1, ErrorCode.NONE
+            try:
+                low_watermark = await state.run_blocking(state.log.delete_records, name, index, offset)
+            except LogError as exc:  # unknown, internal, policy, out of range, a closed log
+                code = code_for(exc)
+            parts.append(DeleteRecordsPartitionResult(partition_index=index, low_watermark=low_watermark, error_code=code))
+        results.append(DeleteRecordsTopicResult(name=name, partitions=parts))
+    return DeleteRecordsResponse(topics=results)

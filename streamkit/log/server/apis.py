@@ -7,7 +7,8 @@ commits), AlterConfigs v2 and IncrementalAlterConfigs v1 (``kafka-configs --alte
 APIs of Kafka's tools below; ranges wide enough for aiokafka, kafka-python, librdkafka 2.x and
 the old librdkafka under Debian's kcat.
 
-Kafka's tools (issue 26): DescribeLogDirs v1-4 (``kafka-log-dirs``; Kafka 4.0 removed v0,
+Kafka's tools (issue 26): DeleteRecords v0-2 (``kafka-delete-records``; all Kafka 4.4 has),
+DescribeLogDirs v1-4 (``kafka-log-dirs``; Kafka 4.0 removed v0,
 KIP-896), DescribeTransactions v0 and ListTransactions v0-1 (``kafka-transactions``), flexible
 as in Kafka; DescribeAcls v1 only (Kafka 4.4 has v1-3 and its clients take v1):
 kafka-python reads DescribeAcls v2 as "Kafka 2.5" and v3 as "3.3", and would then take this
@@ -45,6 +46,7 @@ LIST_GROUPS = 16
 API_VERSIONS = 18
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
+DELETE_RECORDS = 21
 INIT_PRODUCER_ID = 22
 ADD_PARTITIONS_TO_TXN = 24
 ADD_OFFSETS_TO_TXN = 25
@@ -78,6 +80,7 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     API_VERSIONS: (0, 3),
     CREATE_TOPICS: (2, 4),
     DELETE_TOPICS: (1, 3),
+    DELETE_RECORDS: (0, 2),
     INIT_PRODUCER_ID: (0, 1),
     DESCRIBE_CONFIGS: (1, 2),
     ALTER_CONFIGS: (0, 2),

@@ -62,6 +62,7 @@ HANDLERS: dict[int, Handler] = {
     apis.API_VERSIONS: cluster.api_versions,
     apis.CREATE_TOPICS: admin.create_topics,
     apis.DELETE_TOPICS: admin.delete_topics,
+    apis.DELETE_RECORDS: admin.delete_records,
     apis.INIT_PRODUCER_ID: produce.init_producer_id,
     apis.DESCRIBE_CONFIGS: config_apis.describe_configs,
     apis.ALTER_CONFIGS: config_apis.alter_configs,

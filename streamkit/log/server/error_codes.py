@@ -17,6 +17,7 @@ from streamkit.log.errors import (
     InvalidTopicError,
     LogError,
     OffsetOutOfRangeError,
+    PolicyViolationError,
     RecordTooLargeError,
     TopicExistsError,
     UnknownTopicError,
@@ -57,6 +58,7 @@ class ErrorCode(IntEnum):
     INVALID_CONFIG = 40
     INVALID_REQUEST = 42
     UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+    POLICY_VIOLATION = 44
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
@@ -95,6 +97,8 @@ def code_for(exc: LogError) -> ErrorCode:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     if isinstance(exc, TopicExistsError):
         return ErrorCode.TOPIC_ALREADY_EXISTS
+    if isinstance(exc, PolicyViolationError):
+        return ErrorCode.POLICY_VIOLATION
     if isinstance(exc, InvalidTopicError):
         return ErrorCode.INVALID_TOPIC_EXCEPTION
     return ErrorCode.UNKNOWN_SERVER_ERROR

@@ -28,6 +28,7 @@ from streamkit._core.types import TopicPartition
 from streamkit.log.errors import OffsetOutOfRangeError, UnknownTopicError
 from streamkit.log.manager import INTERNAL_TOPICS
 from streamkit.log.partition import Partition
+from streamkit.log.producers import last_stable_offset as producers_lso
 from streamkit.log.records import iter_batches
 from streamkit.log.segment import FileRange
 from streamkit.log.server.codec import RequestHeader
@@ -172,12 +173,7 @@ def _read_partition(
 
 
 def last_stable_offset(state: BrokerState, partition: Partition) -> int:
-    hw = partition.high_watermark
-    producers = state.producers.peek(partition.tp)
-    if producers is None:
-        return hw
-    first = producers.first_unstable_offset()
-    return hw if first is None else min(first, hw)
+    return producers_lso(state.producers.peek(partition.tp), partition.high_watermark, partition.log_start_offset)
 
 
 def _aborted(

@@ -632,6 +632,49 @@ class DeleteTopicsResponse:
 
 
 @dataclass(slots=True, kw_only=True)
+class DeleteRecordsPartition:
+    partition_index: int = 0
+    offset: int = 0
+
+
+@dataclass(slots=True, kw_only=True)
+class DeleteRecordsTopic:
+    name: str = ""
+    partitions: list[DeleteRecordsPartition] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class DeleteRecordsRequest:
+    """DeleteRecords request, api key 21: fields of v2 (v0-v2 decode into it)."""
+
+    API_KEY: ClassVar[int] = 21
+    topics: list[DeleteRecordsTopic] = field(default_factory=list)
+    timeout_ms: int = 0
+
+
+@dataclass(slots=True, kw_only=True)
+class DeleteRecordsPartitionResult:
+    partition_index: int = 0
+    low_watermark: int = 0
+    error_code: int = 0
+
+
+@dataclass(slots=True, kw_only=True)
+class DeleteRecordsTopicResult:
+    name: str = ""
+    partitions: list[DeleteRecordsPartitionResult] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class DeleteRecordsResponse:
+    """DeleteRecords response, api key 21: fields of v2 (encodes as v0-v2)."""
+
+    API_KEY: ClassVar[int] = 21
+    throttle_time_ms: int = 0
+    topics: list[DeleteRecordsTopicResult] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
 class InitProducerIdRequest:
     """InitProducerId request, api key 22: fields of v1 (v0-v1 decode into it)."""
 
@@ -1139,6 +1182,7 @@ MESSAGES: dict[int, tuple[type, type]] = {
     18: (ApiVersionsRequest, ApiVersionsResponse),
     19: (CreateTopicsRequest, CreateTopicsResponse),
     20: (DeleteTopicsRequest, DeleteTopicsResponse),
+    21: (DeleteRecordsRequest, DeleteRecordsResponse),
     22: (InitProducerIdRequest, InitProducerIdResponse),
     24: (AddPartitionsToTxnRequest, AddPartitionsToTxnResponse),
     25: (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
@@ -1173,6 +1217,7 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     18: (0, 3),
     19: (2, 4),
     20: (1, 3),
+    21: (0, 2),
     22: (0, 1),
     24: (0, 1),
     25: (0, 1),

@@ -93,7 +93,7 @@ def read_committed(
     """Committed records of ``part`` from ``position`` and where to go on; None when nothing
     below the last stable offset is left to read."""
     state = states.peek(part.tp)
-    stable = last_stable_offset(state, part.high_watermark)
+    stable = last_stable_offset(state, part.high_watermark, part.log_start_offset)
     if position >= stable:
         return None
     data = part.read(position, MAX_FETCH_BYTES)

@@ -1,7 +1,7 @@
 """The APIs Kafka's tools need beyond a client's, over a raw socket: DescribeAcls (aiokafka's
 structs), DescribeLogDirs (encoded here by hand: aiokafka has no struct for it), and what
-happens to a malformed or unserved request of these APIs: its connection closes, the broker
-serves the next. ``tests/interop/test_kafka_tools_on_broker.py`` runs Kafka's tools on them."""
+happens to a malformed or unserved request of these APIs (DeleteRecords too; its answers are
+``test_delete_records_wire.py``): its connection closes, the broker serves the next. ``tests/interop/test_kafka_tools_on_broker.py`` runs Kafka's tools on them."""
 
 from __future__ import annotations
 
@@ -149,10 +149,15 @@ def test_describe_log_dirs_v4_adds_the_volumes_total_and_usable_bytes(broker: Br
         struct.pack(">hhih", 66, 1, 1, 0) + b"\x00" + b"\x7f",
         # DescribeTransactions v0 with a compact string longer than the frame.
         struct.pack(">hhih", 65, 0, 1, 0) + b"\x00" + b"\x02" + b"\x40",
+        # DeleteRecords v0 announcing a topic and ending there.
+        struct.pack(">hhih", 21, 0, 1, 0) + struct.pack(">i", 1),
+        # DeleteRecords v2 (flexible) whose topic name runs past the frame.
+        struct.pack(">hhih", 21, 2, 1, 0) + b"\x00" + b"\x02" + b"\x40",
         # DescribeQuorum: not served (this node is no KRaft quorum).
         struct.pack(">hhih", 55, 0, 1, 0) + b"\x00" + b"\x01",
     ],
-    ids=["describe-acls-v0", "log-dirs-cut", "log-dirs-bad-string", "list-txn-cut", "describe-txn-cut", "quorum"],
+    ids=["describe-acls-v0", "log-dirs-cut", "log-dirs-bad-string", "list-txn-cut", "describe-txn-cut",
+         "delete-records-cut", "delete-records-bad-string", "quorum"],
 )
 def test_a_malformed_or_unserved_request_closes_its_connection_and_the_broker_serves_on(
     broker: BrokerProcess, frame: object
@@ -165,5 +170,5 @@ def test_a_malformed_or_unserved_request_closes_its_connection_and_the_broker_se
         assert wire.is_closed_by_peer()
     with WireClient(broker.host, broker.port) as wire:
         served = {key for key, _lo, _hi in wire.call(ApiVersionRequest_v0()).api_versions}
-    assert {29, 35, 65, 66} <= served and 55 not in served
+    assert {21, 29, 35, 65, 66} <= served and 55 not in served
     assert broker.alive()

@@ -72,7 +72,7 @@ def test_read_committed_skips_aborted_and_open_transactions(open_log: OpenLog) -
     part.append(_batch([b"late"]))  # 8
     state = scan_state(part)
     assert state.aborted == [AbortedTransaction(8, 4, 5)]
-    stable = last_stable_offset(state, part.high_watermark)
+    stable = last_stable_offset(state, part.high_watermark, part.log_start_offset)
     assert stable == 7
     records, next_offset = committed_records(part.read(0, 1 << 20), 0, stable, state.aborted, 100)
     assert [r.value for r in records] == [b"plain", b"c1", b"c2", b"after"]
