@@ -26,6 +26,7 @@ Invariants:
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 import re
 import threading
@@ -53,6 +54,8 @@ from streamkit.log.records import (
 )
 from streamkit.log.retention import SegmentSummary, plan_retention
 from streamkit.log.segment import FileRange, RecoveryReport, Segment
+
+logger = logging.getLogger(__name__)
 
 _LOG_FILE = re.compile(r"^(\d{20})\.log$")
 _MAX_RELATIVE_OFFSET = 2**31 - 1
@@ -425,14 +428,18 @@ class Partition:
     # -- retention -------------------------------------------------------------------------
 
     def apply_retention(self, now_ms: int) -> int:
-        """Delete the segments retention allows; returns how many went."""
+        """Delete the segments retention allows, and those wholly below the log start offset
+        (one that was the active segment when ``delete_records`` passed it, as Kafka's
+        ``deleteLogStartOffsetBreachedSegments``); returns how many went."""
         if self.read_only:
             return 0
         with self._lock:
             summaries = [
                 SegmentSummary(s.base_offset, s.size, s.max_timestamp) for s in self._segments
             ]
-            n = plan_retention(summaries, self.config, now_ms)
+            start = self.log_start_offset
+            below = next((i for i, s in enumerate(self._segments[1:]) if s.base_offset > start), len(self._segments) - 1)
+            n = max(plan_retention(summaries, self.config, now_ms), below)
             if not n:
                 return 0
             doomed = self._segments[:n]
@@ -514,9 +521,15 @@ def read_log_start_offset(directory: Path) -> int:
     """The offset ``delete_records`` last set in partition directory ``directory``; 0 when
     none was (or the file is unreadable). The log start offset is the larger of it and the
     first segment's base offset."""
+    path = directory / LOG_START_OFFSET_FILE
     try:
-        return max(0, int((directory / LOG_START_OFFSET_FILE).read_text().strip()))
-    except (FileNotFoundError, ValueError):
+        return max(0, int(path.read_text().strip()))
+    except FileNotFoundError:
+        return 0
+    except (ValueError, UnicodeDecodeError):
+        # Written whole (renamed into place): unreadable means damaged. Said, not hidden: the
+        # records DeleteRecords removed below it are readable again until it is set anew.
+        logger.warning("%s is damaged (not an offset): the log starts at its first segment", path)
         return 0
 
 

@@ -8,6 +8,7 @@ segments wholly below it go, and it survives a clean or an unclean restart.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from pathlib import Path
 
@@ -232,6 +233,11 @@ def test_the_log_start_follows_a_simple_model(tmp_path_factory: pytest.TempPathF
             part = open_partition(directory, clean=bool(arg), segment_bytes=200)
         assert (part.log_start_offset, part.high_watermark) == (start, hw)
         bases = segment_bases(part)
+        # The active segment stays even when wholly below (a delete up to the high watermark);
+        # once another follows it, the next retention pass deletes it, as Kafka's does.
+        assert bases[0] <= start and all(b > start for b in bases[2:])
+        part.apply_retention(T0)
+        bases = segment_bases(part)
         assert bases[0] <= start and all(b > start for b in bases[1:])  # nothing wholly below
         if start > 0:
             with pytest.raises(OffsetOutOfRangeError):
@@ -268,3 +274,20 @@ def test_compaction_keeps_working_after_the_start_moved(tmp_path: Path) -> None:
         part.read(4)
     # The latest value of each key survives; nothing below the start is readable.
     assert [(o, v) for o, v in read_all(part) if o >= 5][-3:] == [(9, b"v9"), (10, b"v10"), (11, b"v11")]
+
+
+def test_a_damaged_start_offset_file_is_said_and_the_log_starts_at_its_first_segment(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    part = open_partition(tmp_path)
+    part.append_records(records(5))
+    part.delete_records(3)
+    part.close()
+    (tmp_path / LOG_START_OFFSET_FILE).write_bytes(b"\xff\x00garbage")
+    with caplog.at_level(logging.WARNING, logger="streamkit.log.partition"):
+        again = open_partition(tmp_path)
+    try:
+        assert again.log_start_offset == 0
+        assert f"{LOG_START_OFFSET_FILE} is damaged" in caplog.text
+    finally:
+        again.close()
