@@ -210,3 +210,19 @@ def test_the_cli_refuses_a_bad_command_config_in_one_line_and_command_config_wit
     ]
     result = CliRunner().invoke(cli, ["topics", "list", "--data-dir", str(tmp_path / "d"), "--command-config", str(bad)], env=env)
     assert result.exit_code == 2 and "--command-config is for a broker: give --bootstrap too" in result.output
+
+
+def test_docs_security_md_lists_every_setting_with_its_variable_and_its_examples_run() -> None:
+    import re
+
+    from streamkit.transport.security import NAMES
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text()
+    rows = dict(re.findall(r"^\| `([a-z.-]+)` \| `(STREAMKIT_[A-Z_]+)` \|", doc, flags=re.M))
+    assert sorted(rows) == sorted(NAMES)
+    assert all(env_name(name) == variable for name, variable in rows.items())
+    for block in re.findall(r"```properties\n(.*?)```", doc, flags=re.S):
+        names = {line.split("=", 1)[0] for line in block.splitlines() if line and not line.startswith("#")}
+        assert names <= set(NAMES), names
+    for block in re.findall(r"```python\n(.*?)```", doc, flags=re.S):
+        exec(compile(block, "docs/security.md", "exec"), {"__name__": "docs"})
