@@ -57,10 +57,16 @@ def listener_properties(tls: Tls) -> dict[str, str]:
     return {
         prefix + "ssl.keystore.type": "PEM",
         prefix + "ssl.keystore.location": str(tls.server),
-        prefix + "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512,PLAIN",
+        prefix + "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512,PLAIN,OAUTHBEARER",
         prefix + "plain.sasl.jaas.config": f"org.apache.kafka.common.security.plain.PlainLoginModule required {plain_users};",
         prefix + "scram-sha-256.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required;",
         prefix + "scram-sha-512.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+        # Kafka's default OAUTHBEARER validator takes unsecured JWTs (alg "none"): enough to hold the
+        # client's token callback to the listener; a token without "exp" or "sub" is refused.
+        prefix + "oauthbearer.sasl.jaas.config": (
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+            'unsecuredLoginStringClaim_sub="broker";'
+        ),
     }
 
 

@@ -3,13 +3,15 @@
 
 A ``streamkit worker`` counts words over SASL_SSL with SCRAM-SHA-256, configured from the
 environment only; the CLI creates, lists, produces and consumes with ``--command-config``
-(SCRAM and PLAIN); a wrong password and an untrusted CA each end a command and a worker with
+(SCRAM and PLAIN); OAUTHBEARER takes its token from a callback; a wrong password and an untrusted CA each end a command and a worker with
 one line naming the broker and the cause, exit code 2, within seconds. The password shows up
 nowhere: not in the worker's log, ``/status``, ``/topology`` or any command's output.
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import json
 import os
 import re
@@ -26,6 +28,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
+from streamkit.log.records import NewRecord
+from streamkit.transport.kafka_tools import KafkaTools
+from streamkit.transport.security import ClientSecurity
 from tests.support import secured
 from tests.support.kafka import KafkaCluster
 
@@ -104,17 +109,19 @@ def test_a_refused_cli_command_says_why_in_one_line_with_exit_code_2(kafka: Kafk
     assert wrong not in done.stderr and PASSWORD not in done.stderr
 
 
-def _security_env(kafka: KafkaCluster, password: str = PASSWORD) -> dict[str, str]:
-    assert kafka.tls is not None
+def _security_env(kafka: KafkaCluster, password: str, ca: Path) -> dict[str, str]:
     return {
         "STREAMKIT_SECURITY_PROTOCOL": "SASL_SSL", "STREAMKIT_SASL_MECHANISM": "SCRAM-SHA-256",
-        "STREAMKIT_SASL_USERNAME": USER, "STREAMKIT_SASL_PASSWORD": password, "STREAMKIT_SSL_CA_LOCATION": str(kafka.tls.ca),
+        "STREAMKIT_SASL_USERNAME": USER, "STREAMKIT_SASL_PASSWORD": password, "STREAMKIT_SSL_CA_LOCATION": str(ca),
     }
 
 
-def _worker(kafka: KafkaCluster, tmp_path: Path, app_id: str, password: str = PASSWORD) -> subprocess.Popen[str]:
+def _worker(
+    kafka: KafkaCluster, tmp_path: Path, app_id: str, password: str = PASSWORD, ca: Path | None = None
+) -> subprocess.Popen[str]:
+    assert kafka.tls is not None
     env = {
-        **os.environ, **_security_env(kafka, password), "SECURED_APP_ID": app_id,
+        **os.environ, **_security_env(kafka, password, ca or kafka.tls.ca), "SECURED_APP_ID": app_id,
         "SECURED_BROKER": f"kafka://{kafka.sasl_ssl_bootstrap}",
         "PYTHONPATH": f"{APPS}{os.pathsep}{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
     }
@@ -178,10 +185,20 @@ def test_a_worker_counts_words_over_sasl_ssl_configured_from_the_environment(kaf
     assert "Traceback" not in text
 
 
-def test_a_worker_with_a_wrong_password_stops_with_one_line_and_exit_code_2(kafka: KafkaCluster, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("case", "cause"),
+    [("wrong password", "SASL authentication failed (SASL_SSL SCRAM-SHA-256 as alice): "),
+     ("untrusted CA", "TLS: the broker's certificate is not trusted (")],
+)
+def test_a_refused_worker_stops_with_one_line_and_exit_code_2(kafka: KafkaCluster, tmp_path: Path, case: str, cause: str) -> None:
+    assert kafka.tls is not None
     wrong = "not-" + PASSWORD
     started = time.monotonic()
-    proc = _worker(kafka, tmp_path, f"secured-{uuid.uuid4().hex[:6]}", password=wrong)
+    app_id = f"secured-{uuid.uuid4().hex[:6]}"
+    if case == "wrong password":
+        proc = _worker(kafka, tmp_path, app_id, password=wrong)
+    else:
+        proc = _worker(kafka, tmp_path, app_id, ca=kafka.tls.other_ca)
     try:
         code = proc.wait(FAILS_WITHIN_S + 5)
     finally:
@@ -193,5 +210,40 @@ def test_a_worker_with_a_wrong_password_stops_with_one_line_and_exit_code_2(kafk
     assert code == 2, text
     errors = [line for line in text.splitlines() if "error" in line.lower()]
     assert len(errors) == 1, text
-    assert errors[0].startswith(f"streamkit: error: cannot connect to Kafka at {kafka.sasl_ssl_bootstrap}: SASL authentication failed")
-    assert wrong not in text and "Traceback" not in text
+    assert errors[0].startswith(f"streamkit: error: cannot connect to Kafka at {kafka.sasl_ssl_bootstrap}: {cause}")
+    assert wrong not in text and PASSWORD not in text and "Traceback" not in text
+
+
+def _unsecured_jwt(subject: str) -> str:
+    """A JWT with alg "none", which Kafka's default OAUTHBEARER validator accepts (the fixture's listener)."""
+    now = int(time.time())
+
+    def part(value: dict[str, object]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+
+    return f"{part({'alg': 'none'})}.{part({'sub': subject, 'iat': now, 'exp': now + 600})}."
+
+
+def test_oauthbearer_with_a_token_callback_over_sasl_ssl(kafka: KafkaCluster) -> None:
+    assert kafka.tls is not None
+    calls: list[str] = []
+
+    async def token() -> str:
+        calls.append("token")
+        return _unsecured_jwt(USER)
+
+    security = ClientSecurity.from_properties(
+        {"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER", "ssl.ca.location": str(kafka.tls.ca)},
+        token_callback=token,
+    )
+    topic = f"secured-oauth-{uuid.uuid4().hex[:6]}"
+
+    async def roundtrip() -> list[bytes | None]:
+        async with KafkaTools(kafka.sasl_ssl_bootstrap, security=security) as tools:
+            await tools.create_topic(topic, 1, {})
+            await tools.produce(topic, 0, [NewRecord(key=b"k", value=b"v1", timestamp=1), NewRecord(key=b"k", value=b"v2", timestamp=2)])
+            got = await tools.fetch(topic, 0, 0, 1 << 20)
+            return [r.value for r in got.records]
+
+    assert asyncio.run(roundtrip()) == [b"v1", b"v2"]
+    assert calls  # each connection asked the callback for its token
