@@ -349,6 +349,9 @@ class KafkaTools:
     producer (one per compression codec), the fetch consumer and one consumer per group
     (for commits) are started on first use. ``fetch``'s ``max_bytes`` is the fetch
     consumer's per-partition fetch size: a call with another size restarts that consumer.
+    Every client is made with ``security`` (TLS, SASL: ``security.py``); one that cannot
+    connect because the broker refused its handshake or login raises
+    ``BrokerAuthenticationError`` saying why (``kafka_security.py``).
     """
 
     def __init__(

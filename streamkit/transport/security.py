@@ -256,8 +256,12 @@ class ClientSecurity:
         """
         if not over:
             return self
+
+        def where(name: str) -> str:  # a name from ``over`` is named as ``over`` spells it
+            return label(name) if name in over else name
+
         return ClientSecurity.from_properties(
-            {**self.properties, **over}, source=source, label=label, ssl_context=self.ssl_context,
+            {**self.properties, **over}, source=source, label=where, ssl_context=self.ssl_context,
             token_callback=self.token_callback, kerberos_domain_name=self.kerberos_domain_name,
         )
 

@@ -226,3 +226,11 @@ def test_docs_security_md_lists_every_setting_with_its_variable_and_its_examples
         assert names <= set(NAMES), names
     for block in re.findall(r"```python\n(.*?)```", doc, flags=re.S):
         exec(compile(block, "docs/security.md", "exec"), {"__name__": "docs"})
+
+
+def test_a_layered_error_names_each_setting_where_it_was_given() -> None:
+    base = ClientSecurity.from_properties(SCRAM)
+    with pytest.raises(ConfigError, match=r"^sasl\.mechanism \(environment\): is set but security\.protocol is SSL"):
+        base.layered({"security.protocol": "SSL"}, label=env_name, source=" (environment)")
+    with pytest.raises(ConfigError, match=r"^STREAMKIT_SASL_MECHANISM \(environment\): unknown mechanism 'X'"):
+        base.layered({"sasl.mechanism": "X"}, label=env_name, source=" (environment)")
