@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from streamkit._core.errors import ConfigError
-from streamkit.transport.security import PLAINTEXT, ClientSecurity, Secret
+from streamkit.transport.security import PLAINTEXT, SECRET_NAMES, ClientSecurity, Secret
 
 
 class Credentials(abc.ABC):
@@ -144,9 +144,17 @@ class SSLCredentials(Credentials):
 
 
 def check_credentials(name: str, value: Any) -> Any:
-    """The ``broker_credentials`` setting's check: what ``security_of`` takes, checked now."""
-    if value is not None:
-        security_of(value, None)
+    """The ``broker_credentials`` setting's check: what ``security_of`` takes, checked now, and
+    kept so that no ``repr`` shows a password: a ``(username, password)`` pair becomes
+    ``SASLCredentials`` (as Faust's ``to_credentials`` does), a mapping's secrets ``Secret``."""
+    if value is None:
+        return value
+    security_of(value, None)
+    if isinstance(value, (tuple, list)):
+        username, password = value
+        return SASLCredentials(username=username, password=password)
+    if isinstance(value, Mapping):
+        return {k: Secret(v) if k in SECRET_NAMES and isinstance(v, str) else v for k, v in value.items()}
     return value
 
 

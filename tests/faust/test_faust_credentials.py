@@ -77,3 +77,13 @@ def test_the_environment_goes_over_the_apps_settings_name_by_name() -> None:
     security = app.conf.client_security({"STREAMKIT_SASL_PASSWORD": PASSWORD})
     assert (security.username, security.password) == ("app", Secret(PASSWORD))
     assert isinstance(app.conf.client_options().security, ClientSecurity)
+
+
+def test_a_pair_or_a_mapping_given_as_broker_credentials_never_shows_its_password() -> None:
+    pair = faust.App("pair", broker_credentials=("app", PASSWORD))
+    assert isinstance(pair.conf.broker_credentials, faust.SASLCredentials)
+    mapping = faust.App("mapping", broker_credentials={"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
+                                                       "sasl.username": "app", "sasl.password": PASSWORD})
+    for app in (pair, mapping):
+        assert PASSWORD not in repr(app.conf) + repr(app.conf.broker_credentials)
+    assert mapping.conf.client_security({}).password == Secret(PASSWORD)
