@@ -154,9 +154,9 @@ class KafkaLogClient:
     and ``ensure_topic`` returns once every partition answers, so a writer may write at once.
 
     ``options`` (``options.py``) go to every producer and group consumer made here and to the
-    topics ``ensure_topic`` creates, and ``options.security`` (TLS, SASL) to every client,
-    the admin client and the outage probe's too; a topic found with another replication factor than they
-    declare is said once (a warning) and kept in ``replication_mismatches``.
+    topics ``ensure_topic`` creates, and ``options.security`` (TLS, SASL) to every client, the
+    admin client and the outage probe's too; a topic found with another replication factor
+    than they declare is said once (a warning) and kept in ``replication_mismatches``.
 
     Once started, it probes the cluster every second (``kafka_outage.py``): while no broker
     answers, ``unavailable_reason`` says so (the worker's /health answers 503 with it)."""
