@@ -26,6 +26,12 @@ if TYPE_CHECKING:
     from streamkit.agents.stream import Event, Stream
     from streamkit.app.application import App
     from streamkit.app.conf import Settings
+    from streamkit.app.credentials import (
+        GSSAPICredentials,
+        OAuthCredentials,
+        SASLCredentials,
+        SSLCredentials,
+    )
     from streamkit.app.services import Service
     from streamkit.faust.typenames import AgentT, ChannelT, EventT, StreamT, TableT, TopicT, uuid
     from streamkit.topics.topic import Topic
@@ -38,7 +44,11 @@ __all__ = [
     "ConfigError",
     "Event",
     "EventT",
+    "GSSAPICredentials",
+    "OAuthCredentials",
     "Record",
+    "SASLCredentials",
+    "SSLCredentials",
     "Serde",
     "SerdeError",
     "Service",
@@ -66,6 +76,12 @@ def _exports() -> dict[str, Any]:
     from streamkit.agents.stream import Event, Stream
     from streamkit.app.application import App
     from streamkit.app.conf import Settings
+    from streamkit.app.credentials import (
+        GSSAPICredentials,
+        OAuthCredentials,
+        SASLCredentials,
+        SSLCredentials,
+    )
     from streamkit.app.services import Service
     from streamkit.faust.typenames import AgentT, ChannelT, EventT, StreamT, TableT, TopicT, uuid
     from streamkit.topics.topic import Topic
@@ -75,7 +91,8 @@ def _exports() -> dict[str, Any]:
         "SerdeError": SerdeError, "TopicPartition": TopicPartition, "Agent": Agent, "Event": Event,
         "Stream": Stream, "App": App, "Settings": Settings, "Service": Service, "AgentT": AgentT,
         "ChannelT": ChannelT, "EventT": EventT, "StreamT": StreamT, "TableT": TableT, "TopicT": TopicT,
-        "uuid": uuid, "Topic": Topic,
+        "uuid": uuid, "Topic": Topic, "SASLCredentials": SASLCredentials, "SSLCredentials": SSLCredentials,
+        "GSSAPICredentials": GSSAPICredentials, "OAuthCredentials": OAuthCredentials,
     }
 
 

@@ -31,7 +31,9 @@ from urllib.parse import urlparse
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from streamkit._core.errors import ConfigError
+from streamkit.app.credentials import check_credentials, check_ssl_context, security_of
 from streamkit.transport.options import COMPRESSION_TYPES, ClientOptions
+from streamkit.transport.security import ClientSecurity, env_name, environment_properties
 
 _APP_ID = re.compile(r"^[a-zA-Z0-9._-]{1,200}$")
 ERROR_POLICIES = ("dlq", "stop")
@@ -299,6 +301,14 @@ def _table() -> dict[str, Setting]:
              "standby replicas of tables declared without standby_replicas=: other workers of the "
              "group keep warm copies of a table's partitions from its changelog, for failover and "
              "queries (Kafka Streams' num.standby.replicas, default 0; Faust's default is 1)")
+    honoured("broker_credentials", None, check_credentials,
+             "TLS and SASL of every Kafka client of the worker, standalone sends and `streamkit send`: "
+             "SASLCredentials (PLAIN, SCRAM-SHA-256/512), OAuthCredentials, GSSAPICredentials, SSLCredentials, "
+             "an ssl.SSLContext, a (user, password) pair, or Kafka's client settings (security.protocol, "
+             "sasl.mechanism, ...); STREAMKIT_SASL_PASSWORD and the other STREAMKIT_* variables of "
+             "docs/security.md go over it name by name, `streamkit worker --command-config` over both")
+    honoured("ssl_context", None, check_ssl_context,
+             "TLS (security.protocol SSL) with this ssl.SSLContext when broker_credentials is not set, as in Faust")
     honoured("canonical_url", None, _optional(_url),
              "the URL of this worker's HTTP API told to the group, so other workers route table "
              "queries here (default: the URL `streamkit worker --web-port` serves)")
@@ -323,8 +333,6 @@ def _table() -> dict[str, Setting]:
     accepted("broker_check_crcs", True, _bool, "CRCs are always checked")
     accepted("broker_commit_every", 10_000, _count, "commits follow broker_commit_interval only")
     accepted("broker_commit_livelock_soft_timeout", 300.0, _seconds, "no livelock detector")
-    accepted("broker_credentials ssl_context", None, _any,
-             "the Kafka transport connects in plaintext only: no TLS or SASL yet")
     accepted("broker_max_poll_records", None, _optional(_count), "the transport sizes its fetches")
     accepted("consumer_max_fetch_size", 1024**2, _count, "the transport sizes its fetches")
     accepted("consumer_metadata_max_age_ms producer_metadata_max_age_ms", 300_000, _count,
@@ -474,7 +482,18 @@ class Settings:
             request_timeout_ms=_ms(self.broker_request_timeout),
             replication_factor=int(self.topic_replication_factor),
             client_id=str(self.broker_client_id),
+            security=self.client_security(),
         )
+
+    def client_security(self, environ: Mapping[str, str] | None = None) -> ClientSecurity:
+        """TLS and SASL of the app's Kafka clients: ``broker_credentials`` (or ``ssl_context``),
+        with the environment's settings over it name by name (``transport/security.py``).
+
+        >>> Settings("shop", broker_credentials=("app", "pw")).client_security({}).describe()
+        'SASL_PLAINTEXT PLAIN as app'
+        """
+        base = security_of(self.broker_credentials, self.ssl_context)
+        return base.layered(environment_properties(environ), label=env_name, source=" (environment)")
 
     def ineffective(self) -> list[str]:
         """The settings given that do nothing here (see ``SETTINGS``), sorted."""

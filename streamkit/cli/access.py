@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     import asyncio
 
     from streamkit.transport.kafka_tools import KafkaTools
+    from streamkit.transport.security import ClientSecurity
 
 DEFAULT_DATA_DIR = ".streamkit"
 
@@ -64,11 +65,13 @@ class LogTarget:
     """Where a command's log lives (the common options of every command).
 
     ``bootstrap`` (HOST:PORT[,HOST:PORT...]), when set, wins: the log is reached over the
-    wire and ``data_dir`` is not used.
+    wire and ``data_dir`` is not used; it is reached with the TLS and SASL settings of the
+    environment and ``command_config`` (``transport/security.py``).
     """
 
     data_dir: Path
     bootstrap: str | None = None
+    command_config: Path | None = None  # Kafka's client settings for the broker (TLS, SASL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,13 +349,15 @@ class BrokerAccess:
     ``consume --follow`` keeps its fetch consumer (and what it prefetched) between polls.
     """
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, security: ClientSecurity | None = None) -> None:
         # The Kafka client and asyncio are imported only on this path: a command on a data
         # directory that nobody else owns loads neither (see cli/main.py on start-up).
         from streamkit.transport.kafka_tools import KafkaTools
+        from streamkit.transport.security import PLAINTEXT
 
         self.bootstrap = bootstrap
-        self._tools = KafkaTools(bootstrap)
+        self.security = security or PLAINTEXT
+        self._tools = KafkaTools(bootstrap, security=self.security)
         self._committed_tools: KafkaTools | None = None  # a read_committed fetch consumer
         self._runner: asyncio.Runner | None = None
 
@@ -412,7 +417,7 @@ class BrokerAccess:
             if self._committed_tools is None:
                 from streamkit.transport.kafka_tools import KafkaTools
 
-                self._committed_tools = KafkaTools(self.bootstrap, isolation_level="read_committed")
+                self._committed_tools = KafkaTools(self.bootstrap, isolation_level="read_committed", security=self.security)
             tools = self._committed_tools
         got = self._run(tools.fetch(topic, partition, offset, max_bytes))
         records = [Record(r.offset, r.timestamp, r.key, r.value, r.headers) for r in got.records]
@@ -549,7 +554,9 @@ def open_access(target: LogTarget, *, create: bool = False, warn: Warn = _ignore
     """The log ``target`` names, closed on exit. ``create`` makes a missing data directory."""
     access: LogAccess
     if target.bootstrap is not None:
-        access = BrokerAccess(target.bootstrap)
+        from streamkit.transport.security import command_line_security
+
+        access = BrokerAccess(target.bootstrap, command_line_security(target.command_config))
     else:
         access = DataDirAccess(target.data_dir, create=create, warn=warn)
     try:

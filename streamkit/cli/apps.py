@@ -1,19 +1,23 @@
 """Commands that run or inspect a user's app: ``worker``, ``agents``, ``send``.
 
 Each takes ``-A module:attribute`` naming an ``App`` (the current directory is importable, as
-with ``python -m``). ``--broker`` overrides the app's own broker URL.
+with ``python -m``). ``--broker`` overrides the app's own broker URL; ``--command-config FILE``
+(Kafka's client properties: TLS, SASL) goes over the app's ``broker_credentials`` and the
+environment's settings, name by name (``transport/security.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import logging
 import signal
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -23,7 +27,7 @@ from streamkit._core.errors import ConfigError
 from streamkit._core.refs import import_ref
 from streamkit._core.serde import SerdeError
 from streamkit.app.application import App
-from streamkit.cli.common import info
+from streamkit.cli.common import command_config_option, info
 from streamkit.cli.statedir import default_state_dir, forget_web_url, record_web_url
 from streamkit.log.errors import DataDirLockedError
 from streamkit.runtime.probe import discover
@@ -33,6 +37,8 @@ from streamkit.runtime.worker import Worker
 from streamkit.topics.topic import Topic
 from streamkit.transport.base import TransportError
 from streamkit.transport.connect import open_log_client
+from streamkit.transport.options import ClientOptions
+from streamkit.transport.security import ClientSecurity, read_properties_file
 from streamkit.web import WebServer
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -63,6 +69,7 @@ broker_option = click.option(
 @click.command("worker")
 @app_option
 @broker_option
+@command_config_option
 @click.option("--loglevel", "-l", type=click.Choice(LOG_LEVELS), default="info", show_default=True)
 @click.option(
     "--web-port",
@@ -109,6 +116,7 @@ def worker(
     progress_interval: float,
     processing_guarantee: str | None = None,
     shutdown_timeout: float | None = None,
+    command_config: Path | None = None,
 ) -> None:
     """Run an app's agents, timers and tasks until SIGTERM or Ctrl-C.
 
@@ -133,15 +141,27 @@ def worker(
     # A worker allocates many short-lived objects per record; collecting the oldest
     # generation less often measured +7-9% events/s (benchmarks/engine_bench.py).
     gc.set_threshold(700, 10, 100)
-    asyncio.run(_run_worker(app, broker, progress_interval, web_host, web_port, state_dir))
+    options = client_options(app, command_config)
+    asyncio.run(_run_worker(app, broker, progress_interval, web_host, web_port, state_dir, options))
+
+
+def client_options(app: App, command_config: Path | None) -> ClientOptions:
+    """The app's Kafka client settings, with ``--command-config``'s TLS and SASL over its own."""
+    options = app.conf.client_options()
+    if command_config is None:
+        return options
+    security: ClientSecurity = options.security.layered(
+        read_properties_file(command_config), source=f" (in {command_config})"
+    )
+    return dataclasses.replace(options, security=security)
 
 
 async def _run_worker(
     app: App, broker: str | None, progress_interval: float, web_host: str, web_port: int | None,
-    state_dir: str | None = None,
+    state_dir: str | None = None, options: ClientOptions | None = None,
 ) -> None:
     state_dir = state_dir or default_state_dir(app)
-    worker = Worker(app, broker=broker, state_dir=state_dir)
+    worker = Worker(app, broker=broker, state_dir=state_dir, options=options)
     web = WebServer(worker, host=web_host, port=web_port) if web_port is not None else None
     loop = asyncio.get_running_loop()
     stop_requested = asyncio.Event()
@@ -149,7 +169,7 @@ async def _run_worker(
     def again() -> Worker:
         """A new worker for another try at the start; signals reach the newest one."""
         nonlocal worker
-        worker = Worker(app, broker=broker, state_dir=state_dir)
+        worker = Worker(app, broker=broker, state_dir=state_dir, options=options)
         return worker
 
     def request_stop() -> None:
@@ -315,11 +335,15 @@ async def _describe_agents(app: App) -> list[tuple[str, str, str]]:
 @click.command("send")
 @app_option
 @broker_option
+@command_config_option
 @click.argument("topic")
 @click.argument("value")
 @click.option("--key", "-k", default=None, help="The record key (parsed with the topic's key serializer).")
 @click.option("--partition", "-p", type=click.IntRange(min=0), default=None)
-def send(app_ref: str, broker: str | None, topic: str, value: str, key: str | None, partition: int | None) -> None:
+def send(
+    app_ref: str, broker: str | None, topic: str, value: str, key: str | None, partition: int | None,
+    command_config: Path | None = None,
+) -> None:
     """Send one record to TOPIC, serialized as the app declares it (JSON for typed values)."""
     app = load_app(app_ref)
     target = app.topics.get(topic)
@@ -335,14 +359,15 @@ def send(app_ref: str, broker: str | None, topic: str, value: str, key: str | No
         parsed_key = None if key is None else target.key_serde.loads(key.encode())
     except SerdeError as exc:
         raise click.BadParameter(f"does not fit topic {topic!r}: {exc}", param_hint="VALUE/--key") from exc
-    name, part, offset = asyncio.run(_send_one(app, broker, target, parsed_key, parsed_value, partition))
+    options = client_options(app, command_config)
+    name, part, offset = asyncio.run(_send_one(app, broker, target, parsed_key, parsed_value, partition, options))
     click.echo(f"{name}-{part}@{offset}")
 
 
 async def _send_one(
-    app: App, broker: str | None, topic: Topic, key: Any, value: Any, partition: int | None
+    app: App, broker: str | None, topic: Topic, key: Any, value: Any, partition: int | None, options: ClientOptions
 ) -> tuple[str, int, int]:
-    client = open_log_client(broker or app.broker, options=app.conf.client_options())
+    client = open_log_client(broker or app.broker, options=options)
     await client.start()
     try:
         producer = client.producer()

@@ -5,7 +5,11 @@ the embedded log, ``--bootstrap HOST:PORT`` (env STREAMKIT_BOOTSTRAP) reaches a 
 broker instead. They exclude each other: given both on the command line (or both in the
 environment) the command stops with a usage error; otherwise the command line beats the
 environment. A malformed HOST:PORT is a usage error; an unreachable broker ends the command
-with one line and exit code 2, like a locked data directory.
+with one line and exit code 2, like a locked data directory. With ``--bootstrap``,
+``--command-config FILE`` (env STREAMKIT_COMMAND_CONFIG; Kafka's tools' option) names a client
+properties file of TLS and SASL settings, over those of the environment (``STREAMKIT_SASL_PASSWORD``
+and the others, docs/security.md); a refused login or an untrusted certificate is one line and
+exit code 2.
 """
 
 from __future__ import annotations
@@ -61,17 +65,25 @@ def log_target_options(func: Callable[..., None]) -> Callable[..., None]:
     """Add ``--data-dir`` and ``--bootstrap`` to a command; hand it a ``target: LogTarget``."""
 
     @functools.wraps(func)
-    def wrapper(*args: Any, data_dir: Path, bootstrap: str | None, **kwargs: Any) -> None:
-        target = _target(click.get_current_context(), data_dir, bootstrap)
+    def wrapper(
+        *args: Any, data_dir: Path, bootstrap: str | None, command_config: Path | None, **kwargs: Any
+    ) -> None:
+        ctx = click.get_current_context()
+        target = _target(ctx, data_dir, bootstrap)
+        if target.bootstrap is not None:
+            target = LogTarget(data_dir=data_dir, bootstrap=target.bootstrap, command_config=command_config)
+        elif command_config is not None and ctx.get_parameter_source("command_config") == ParameterSource.COMMANDLINE:
+            raise click.UsageError("--command-config is for a broker: give --bootstrap too")
         func(*args, target=target, **kwargs)
 
+    with_config = command_config_option(wrapper)
     with_bootstrap = click.option(
         "--bootstrap",
         type=BootstrapServers(),
         envvar="STREAMKIT_BOOTSTRAP",
         help="Reach the log through the broker (or worker) at HOST:PORT instead of opening "
         "a data directory (env STREAMKIT_BOOTSTRAP).",
-    )(wrapper)
+    )(with_config)
     return click.option(
         "--data-dir",
         type=click.Path(path_type=Path),
@@ -80,6 +92,20 @@ def log_target_options(func: Callable[..., None]) -> Callable[..., None]:
         envvar="STREAMKIT_DATA_DIR",
         help="Data directory of the embedded log (env STREAMKIT_DATA_DIR).",
     )(with_bootstrap)
+
+
+def command_config_option(func: Callable[..., None]) -> Callable[..., None]:
+    """``--command-config FILE``: Kafka's client settings (TLS, SASL) for reaching a broker."""
+    return click.option(
+        "--command-config",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=None,
+        envvar="STREAMKIT_COMMAND_CONFIG",
+        metavar="FILE",
+        help="Client properties file with Kafka's TLS and SASL settings (security.protocol, sasl.mechanism, "
+        "sasl.jaas.config, ssl.ca.location, ...), over the STREAMKIT_* variables of docs/security.md "
+        "(env STREAMKIT_COMMAND_CONFIG).",
+    )(func)
 
 
 _RANK = {ParameterSource.COMMANDLINE: 2, ParameterSource.ENVIRONMENT: 1}

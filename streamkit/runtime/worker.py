@@ -81,6 +81,7 @@ from streamkit.transport.base import (
     TransportError,
 )
 from streamkit.transport.connect import open_log_client
+from streamkit.transport.options import ClientOptions
 from streamkit.transport.placement import GroupInfo, MemberInfo
 
 logger = logging.getLogger(__name__)
@@ -102,10 +103,14 @@ class Worker:
         run_timers: bool = True,
         state_dir: str | None = None,
         advertised_url: str | None = None,
+        options: ClientOptions | None = None,
     ) -> None:
         self.app = app
         install_plans(app)  # the DSL's plans, compiled into agents
-        self.client = client or open_log_client(broker or app.broker, owner=True, options=app.conf.client_options())
+        # ``options``: the Kafka client settings when not the app's own (``streamkit worker --command-config``).
+        self.client = client or open_log_client(
+            broker or app.broker, owner=True, options=options or app.conf.client_options()
+        )
         self.clock = clock
         self._run_timers = run_timers
         self.stats = WorkerStats()

@@ -41,8 +41,10 @@ from streamkit.log.records import (
     decode_records,
     iter_batches,
 )
+from streamkit.spark.options import client_security
 from streamkit.transport.base import TransportError
 from streamkit.transport.kafka_tools import FetchOutOfRangeError, KafkaTools, TopicNotFoundError
+from streamkit.transport.security import PLAINTEXT, ClientSecurity
 
 # A fetch asks for this much at a time over the wire.
 _FETCH_BYTES = 4 * 1024 * 1024
@@ -132,10 +134,10 @@ class BrokerLog:
     """A topic reached over the Kafka wire protocol. Its connections live on a private
     event loop from the first call to ``close``."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, security: ClientSecurity = PLAINTEXT) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
-        self._tools = KafkaTools(bootstrap)
+        self._tools = KafkaTools(bootstrap, security=security)
         self._runner: asyncio.Runner | None = None
 
     def _run(self, work: Any) -> Any:
@@ -245,10 +247,13 @@ def read_records(log: SourceLog, partition: int, start: int, end: int) -> Iterat
         yield header.log_append_time, records
 
 
-def open_source_log(path: str | None, bootstrap: str | None, topic: str) -> SourceLog:
-    """The log the options name: ``bootstrap`` wins over ``path``."""
+def open_source_log(
+    path: str | None, bootstrap: str | None, topic: str, security: tuple[tuple[str, str], ...] = ()
+) -> SourceLog:
+    """The log the options name: ``bootstrap`` wins over ``path``; ``security`` (the ``kafka.*``
+    options by Kafka's names, ``options.security_options``) is how the broker is reached."""
     if bootstrap:
-        return BrokerLog(bootstrap, topic)
+        return BrokerLog(bootstrap, topic, client_security(security) if security else PLAINTEXT)
     if path:
         return FileLog(path, topic)
     raise ConfigError("the streamkit data source needs option('path', DATA_DIR) or option('bootstrap', 'host:port')")

@@ -15,7 +15,12 @@ changing its source options only:
   partitions (default 1,000,000; 0 keeps one Spark partition per log partition);
 * ``failOnDataLoss`` (default true): a starting offset below the log start (deleted by
   retention) is an error; false starts at the log start instead;
-* ``maxOffsetsPerTrigger`` (streaming): at most this many offsets per micro-batch.
+* ``maxOffsetsPerTrigger`` (streaming): at most this many offsets per micro-batch;
+* ``kafka.<Kafka client setting>``: TLS and SASL of the connections to ``bootstrap``, as
+  Spark's Kafka source passes ``kafka.``-prefixed settings to its clients:
+  ``kafka.security.protocol``, ``kafka.sasl.mechanism``, ``kafka.sasl.jaas.config``,
+  ``kafka.ssl.ca.location``, ... (``transport/security.py`` names them; Java trust and key
+  stores are not read: PEM files are). ``kafka.bootstrap.servers`` is read as ``bootstrap``.
 
 Option names are case-insensitive (Spark passes them so).
 """
@@ -28,6 +33,7 @@ from dataclasses import dataclass
 from typing import overload
 
 from streamkit._core.errors import ConfigError
+from streamkit.transport.security import ClientSecurity
 
 EARLIEST = -2
 LATEST = -1
@@ -66,11 +72,14 @@ class SourceOptions:
     include_headers: bool
     value_app: str | None
     value_type: str | None
+    # The ``kafka.*`` options by Kafka's names (strings, so they travel to the executors).
+    security: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
         path = _get(options, "path")
-        bootstrap = _get(options, "bootstrap")
+        bootstrap = _get(options, "bootstrap") or _get(options, "kafka.bootstrap.servers")
+        security = security_options(options)
         if not path and not bootstrap:
             raise ConfigError(
                 "the streamkit data source needs option('path', DATA_DIR) or option('bootstrap', 'host:port')"
@@ -98,7 +107,24 @@ class SourceOptions:
             include_headers=_bool_option(options, "includeHeaders", True),
             value_app=value_app,
             value_type=value_type,
+            security=security,
         )
+
+
+def security_options(options: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The ``kafka.*`` options (but ``kafka.bootstrap.servers``) by Kafka's names, checked."""
+    found = tuple(
+        (key[len("kafka."):], value) for key, value in options.items()
+        if key.lower().startswith("kafka.") and key.lower() != "kafka.bootstrap.servers"
+    )
+    if found:
+        client_security(found)  # a bad one fails on the driver, before any task runs
+    return found
+
+
+def client_security(settings: tuple[tuple[str, str], ...]) -> ClientSecurity:
+    """The ``ClientSecurity`` of ``security_options``' settings; errors name the option."""
+    return ClientSecurity.from_properties(dict(settings), label=lambda name: f"option kafka.{name}")
 
 
 @overload

@@ -116,7 +116,7 @@ class StreamkitDataSource(DataSource):
 def _read_range(opts: SourceOptions, rng: RangePartition) -> Iterator[pa.RecordBatch]:
     """The records of one Spark partition, as Arrow batches (runs on an executor)."""
     decoder = value_decoder(opts.value_app, opts.value_type, opts.topic)
-    log = open_source_log(opts.path, opts.bootstrap, opts.topic)
+    log = open_source_log(opts.path, opts.bootstrap, opts.topic, opts.security)
     try:
         yield from column_batches(  # segment files or fetched batches alike
             opts.topic,
@@ -180,7 +180,7 @@ class StreamkitReader(DataSourceReader):
         self.opts = opts
 
     def partitions(self) -> Sequence[InputPartition]:
-        log = open_source_log(self.opts.path, self.opts.bootstrap, self.opts.topic)
+        log = open_source_log(self.opts.path, self.opts.bootstrap, self.opts.topic, self.opts.security)
         try:
             ranges = _plan(self.opts, log)
         finally:
@@ -209,7 +209,7 @@ class StreamkitStreamReader(DataSourceStreamReader):
         self.opts = opts
 
     def _ends(self) -> dict[int, tuple[int, int]]:
-        log = open_source_log(self.opts.path, self.opts.bootstrap, self.opts.topic)
+        log = open_source_log(self.opts.path, self.opts.bootstrap, self.opts.topic, self.opts.security)
         try:
             return {p: log.bounds(p) for p in range(log.partition_count())}
         finally:
@@ -224,7 +224,7 @@ class StreamkitStreamReader(DataSourceStreamReader):
     def initialOffset(self) -> dict[str, Any]:
         bounds = self._ends()
         if self.opts.starting_timestamp is not None:
-            log = open_source_log(self.opts.path, self.opts.bootstrap, self.opts.topic)
+            log = open_source_log(self.opts.path, self.opts.bootstrap, self.opts.topic, self.opts.security)
             try:
                 found = {p: log.offset_for_timestamp(p, self.opts.starting_timestamp) for p in bounds}
             finally:
@@ -359,9 +359,11 @@ def _as_bytes(value: bytes | str | None) -> bytes | None:
 
 class StreamkitWriter(DataSourceArrowWriter):
     def __init__(
-        self, path: str | None, bootstrap: str | None, topic: str, partitions: int, compression: str
+        self, path: str | None, bootstrap: str | None, topic: str, partitions: int, compression: str,
+        security: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self.path, self.bootstrap, self.topic = path, bootstrap, topic
+        self.security = security  # the kafka.* options: strings, pickled to the executors
         self.partitions = partitions
         self.compression = compression
 
@@ -374,12 +376,12 @@ class StreamkitWriter(DataSourceArrowWriter):
         if compression not in CODEC_IDS:
             raise ConfigError(f"option compression must be one of {sorted(CODEC_IDS)}, not {compression!r}")
         check_write_schema(schema)
-        log = open_source_log(opts.path, opts.bootstrap, opts.topic)
+        log = open_source_log(opts.path, opts.bootstrap, opts.topic, opts.security)
         try:
             partitions = log.partition_count()
         finally:
             log.close()
-        return cls(opts.path, opts.bootstrap, opts.topic, partitions, compression)
+        return cls(opts.path, opts.bootstrap, opts.topic, partitions, compression, opts.security)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedRecords:
         from pyspark import TaskContext
@@ -421,7 +423,7 @@ class StreamkitWriter(DataSourceArrowWriter):
         return staged
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        log = open_source_log(self.path, self.bootstrap, self.topic)
+        log = open_source_log(self.path, self.bootstrap, self.topic, self.security)
         try:
             for message in messages:
                 if not isinstance(message, StagedRecords):

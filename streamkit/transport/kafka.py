@@ -74,6 +74,7 @@ from streamkit.transport.base import (
 )
 from streamkit.transport.kafka_offsets import committed_offsets, read_stable_on_assignment
 from streamkit.transport.kafka_outage import OutageWatch, install_client_noise_filter, watch_cluster
+from streamkit.transport.kafka_security import aiokafka_security
 from streamkit.transport.kafka_tools import (
     BrokerRejectedError,
     BrokerUnreachableError,
@@ -94,6 +95,7 @@ from streamkit.transport.placement import (
     group_infos,
     range_assign,
 )
+from streamkit.transport.security import PLAINTEXT, ClientSecurity
 
 logger = logging.getLogger(__name__)
 install_client_noise_filter()  # aiokafka's lines about an unreachable cluster (``kafka_outage.py``)
@@ -152,8 +154,9 @@ class KafkaLogClient:
     and ``ensure_topic`` returns once every partition answers, so a writer may write at once.
 
     ``options`` (``options.py``) go to every producer and group consumer made here and to the
-    topics ``ensure_topic`` creates; a topic found with another replication factor than they
-    declare is said once (a warning) and kept in ``replication_mismatches``.
+    topics ``ensure_topic`` creates, and ``options.security`` (TLS, SASL) to every client, the
+    admin client and the outage probe's too; a topic found with another replication factor
+    than they declare is said once (a warning) and kept in ``replication_mismatches``.
 
     Once started, it probes the cluster every second (``kafka_outage.py``): while no broker
     answers, ``unavailable_reason`` says so (the worker's /health answers 503 with it)."""
@@ -176,7 +179,7 @@ class KafkaLogClient:
 
     async def start(self) -> None:
         if self._tools is None:
-            tools = KafkaTools(self.bootstrap_servers)
+            tools = KafkaTools(self.bootstrap_servers, security=self.options.security)
             try:
                 await tools.start()
             except BrokerUnreachableError as exc:
@@ -241,7 +244,7 @@ class KafkaLogClient:
         return KafkaTransactionalProducer(self.bootstrap_servers, transactional_id, timeout_ms, settings=self.options)
 
     def reader(self, *, isolation_level: str = READ_UNCOMMITTED) -> KafkaReader:
-        return KafkaReader(self.bootstrap_servers, check_isolation_level(isolation_level))
+        return KafkaReader(self.bootstrap_servers, check_isolation_level(isolation_level), security=self.options.security)
 
     def consumer(
         self, group_id: str, *, auto_offset_reset: str = "earliest", isolation_level: str = READ_UNCOMMITTED
@@ -255,8 +258,10 @@ class KafkaLogClient:
 class KafkaReader:
     """A ``PartitionReader`` through a group-less consumer (``KafkaTools.fetch``)."""
 
-    def __init__(self, bootstrap_servers: str, isolation_level: str = READ_UNCOMMITTED) -> None:
-        self._tools = KafkaTools(bootstrap_servers, isolation_level=isolation_level)
+    def __init__(
+        self, bootstrap_servers: str, isolation_level: str = READ_UNCOMMITTED, *, security: ClientSecurity = PLAINTEXT
+    ) -> None:
+        self._tools = KafkaTools(bootstrap_servers, isolation_level=isolation_level, security=security)
 
     async def bounds(self, tp: TopicPartition) -> tuple[int, int]:
         return await self._tools.offsets(tp.topic, tp.partition)
@@ -332,6 +337,7 @@ class KafkaProducer:
             linger_ms=5,
             max_batch_size=1024 * 1024,
             request_timeout_ms=self._settings.request_timeout_ms,
+            **aiokafka_security(self._settings.security),
             **self._options,
         )
 
@@ -871,6 +877,7 @@ class KafkaConsumer:
             fetch_max_wait_ms=100,
             max_partition_fetch_bytes=4 * 1024 * 1024,
             retry_backoff_ms=retry_backoff_ms,
+            **aiokafka_security(settings.security),
         )
         self.group_id = group_id
         self._topics: list[str] = []

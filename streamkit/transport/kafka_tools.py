@@ -69,6 +69,8 @@ from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.protocol.offset import OffsetRequest
 
 from streamkit.transport.base import Header, TransportError
+from streamkit.transport.kafka_security import aiokafka_security, refusal
+from streamkit.transport.security import PLAINTEXT, ClientSecurity
 
 _UNKNOWN_TOPIC: int = UnknownTopicOrPartitionError.errno
 _EXISTS: int = TopicAlreadyExistsError.errno
@@ -348,12 +350,18 @@ class KafkaTools:
     producer (one per compression codec), the fetch consumer and one consumer per group
     (for commits) are started on first use. ``fetch``'s ``max_bytes`` is the fetch
     consumer's per-partition fetch size: a call with another size restarts that consumer.
+    Every client is made with ``security`` (TLS, SASL: ``security.py``); one that cannot
+    connect because the broker refused its handshake or login raises
+    ``BrokerAuthenticationError`` saying why (``kafka_security.py``).
     """
 
     def __init__(
-        self, bootstrap_servers: str, *, request_timeout_ms: int = 15_000, isolation_level: str = "read_uncommitted"
+        self, bootstrap_servers: str, *, request_timeout_ms: int = 15_000, isolation_level: str = "read_uncommitted",
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
+        self.security = security  # TLS and SASL of every client made here (``security.py``)
+        self._security_kwargs: dict[str, Any] | None = None
         self.request_timeout_ms = request_timeout_ms
         # read_committed: ``fetch`` reads below the last stable offset, without aborted records.
         self.isolation_level = isolation_level
@@ -377,6 +385,25 @@ class KafkaTools:
 
     async def start(self) -> None:
         await self._admin_client()
+
+    def _secured(self) -> dict[str, Any]:
+        """aiokafka's TLS and SASL arguments, made once (the TLS context reads the CA file)."""
+        if self._security_kwargs is None:
+            self._security_kwargs = aiokafka_security(self.security)
+        return self._security_kwargs
+
+    @asynccontextmanager
+    async def _starting(self, what: str) -> AsyncIterator[None]:
+        """``_errors`` for starting a client: a secured connection that failed says why, when
+        it was the TLS handshake or the SASL login (``kafka_security.refusal``)."""
+        try:
+            async with _errors(what):
+                yield
+        except BrokerUnreachableError as exc:
+            refused = await refusal(self.bootstrap_servers, self.security)
+            if refused is not None:
+                raise refused from exc
+            raise
 
     async def aclose(self) -> None:
         """Close every client; idempotent."""
@@ -639,9 +666,10 @@ class KafkaTools:
             raise BrokerRejectedError(f"unknown compression {compression!r}")
         producer = self._producers.get(compression)
         if producer is None:
-            async with _errors(f"cannot start a producer with compression {compression}"):
+            async with self._starting(f"cannot start a producer with compression {compression}"):
                 producer = AIOKafkaProducer(
                     bootstrap_servers=self.bootstrap_servers,
+                    **self._secured(),
                     acks="all",
                     compression_type=_CODECS[compression],
                     max_batch_size=64 * 1024 * 1024,  # callers size batches to the topic's limit
@@ -737,9 +765,11 @@ class KafkaTools:
 
     async def _raw_client(self) -> AIOKafkaClient:
         if self._raw is None:
-            client = AIOKafkaClient(bootstrap_servers=self.bootstrap_servers, request_timeout_ms=self.request_timeout_ms)
+            client = AIOKafkaClient(
+                bootstrap_servers=self.bootstrap_servers, request_timeout_ms=self.request_timeout_ms, **self._secured()
+            )
             try:
-                async with _errors(f"cannot connect to {self.bootstrap_servers}"):
+                async with self._starting(f"cannot connect to {self.bootstrap_servers}"):
                     await client.bootstrap()
             except BaseException:
                 await client.close()
@@ -802,9 +832,10 @@ class KafkaTools:
 
     async def _fetch_consumer(self) -> AIOKafkaConsumer:
         if self._fetcher is None:
-            async with _errors("cannot start a consumer"):
+            async with self._starting("cannot start a consumer"):
                 consumer = AIOKafkaConsumer(
                     bootstrap_servers=self.bootstrap_servers,
+                    **self._secured(),
                     group_id=None,
                     enable_auto_commit=False,
                     auto_offset_reset="none",  # fetch() always seeks; out of range is the caller's
@@ -848,9 +879,10 @@ class KafkaTools:
         """A consumer of ``group`` assigned ``tps`` by hand, paused: it commits, never fetches."""
         consumer = self._committers.get(group)
         if consumer is None:
-            async with _errors(f"cannot start a consumer for group {group!r}"):
+            async with self._starting(f"cannot start a consumer for group {group!r}"):
                 consumer = AIOKafkaConsumer(
                     bootstrap_servers=self.bootstrap_servers,
+                    **self._secured(),
                     group_id=group,
                     enable_auto_commit=False,
                     auto_offset_reset="latest",
@@ -874,12 +906,15 @@ class KafkaTools:
     async def _admin_client(self) -> AIOKafkaAdminClient:
         if self._admin is None:
             admin = AIOKafkaAdminClient(
-                bootstrap_servers=self.bootstrap_servers, request_timeout_ms=self.request_timeout_ms
+                bootstrap_servers=self.bootstrap_servers, request_timeout_ms=self.request_timeout_ms, **self._secured()
             )
             try:
                 await admin.start()
             except KafkaConnectionError as exc:
                 await admin.close()
+                refused = await refusal(self.bootstrap_servers, self.security)
+                if refused is not None:
+                    raise refused from exc
                 raise BrokerUnreachableError(f"cannot reach a broker at {self.bootstrap_servers}") from exc
             except KafkaError as exc:
                 await admin.close()

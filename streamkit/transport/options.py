@@ -2,7 +2,7 @@
 
 A frozen value, built from the app's settings (``Settings.client_options``) and given to
 ``open_log_client``; the Kafka driver applies it to every producer, group consumer and
-topic it makes (``kafka.py``). The embedded log (``file://DIR``) has no use for it: its
+topic it makes (``kafka.py``), ``security`` to every client it opens. The embedded log (``file://DIR``) has no use for it: its
 records are appended to local files by the process that owns the directory, acknowledged
 once written, one copy, no group sessions to time out.
 
@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from streamkit._core.errors import ConfigError
+from streamkit.transport.security import PLAINTEXT, ClientSecurity
 
 ACKS = (0, 1, -1)
 COMPRESSION_TYPES = ("gzip", "snappy", "lz4", "zstd")
@@ -51,6 +52,7 @@ class ClientOptions:
     request_timeout_ms: int = 30_000
     replication_factor: int = 1
     client_id: str = "streamkit"  # how Kafka's logs, quotas and group listings name the clients
+    security: ClientSecurity = PLAINTEXT  # TLS and SASL of every client (``security.py``)
 
     def __post_init__(self) -> None:
         if self.acks not in ACKS:

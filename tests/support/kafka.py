@@ -6,7 +6,9 @@ processes on free loopback ports, with a static controller quorum, small heaps a
 a test wants (no initial rebalance delay, no topic auto-creation, internal topics replicated to
 every node, ``min.insync.replicas`` 2 on a cluster of three). ``start()`` formats the nodes'
 log directories (``kafka.tools.StorageTool``), starts them and waits until every broker is in
-the metadata; ``kill(i)``/``restart(i)``/``stop(i)`` fault one node; ``close()`` ends every
+the metadata; ``secured=True`` adds a SASL_SSL listener beside PLAINTEXT on each node
+(``tests/support/secured.py``: a CA made with openssl, SCRAM and PLAIN users, reached at
+``sasl_ssl_bootstrap``); ``kill(i)``/``restart(i)``/``stop(i)`` fault one node; ``close()`` ends every
 process by its pid. Each node's log (``server.log``) stays in its directory and ``logs()``
 returns the ends of them, for a failing test's report.
 """
@@ -21,6 +23,7 @@ import time
 import uuid
 from pathlib import Path
 
+from tests.support import secured
 from tests.support.interop import classpath
 
 START_TIMEOUT_S = 90.0
@@ -48,7 +51,7 @@ def free_port() -> int:
 
 
 class KafkaCluster:
-    def __init__(self, root: Path, nodes: int = 1, heap: str = HEAP, **overrides: str) -> None:
+    def __init__(self, root: Path, nodes: int = 1, heap: str = HEAP, *, secured: bool = False, **overrides: str) -> None:
         """``heap`` is each node's ``-Xmx`` flag: small for tests, larger for a benchmark."""
         self.root = root
         self.heap = heap
@@ -58,10 +61,16 @@ class KafkaCluster:
         self.controller_ports = [free_port() for _ in range(nodes)]
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * nodes
         self.cluster_id = ""
+        self.sasl_ssl_ports = [free_port() for _ in range(nodes)] if secured else []
+        self.tls: secured.Tls | None = None  # made by start() when secured
 
     @property
     def bootstrap(self) -> str:
         return ",".join(f"127.0.0.1:{p}" for p in self.ports)
+
+    @property
+    def sasl_ssl_bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{p}" for p in self.sasl_ssl_ports)
 
     def node_dir(self, i: int) -> Path:
         return self.root / f"node{i}"
@@ -92,6 +101,12 @@ class KafkaCluster:
             "min.insync.replicas": str(min(2, n)),
             "default.replication.factor": str(n),
         }
+        if self.tls is not None:
+            extra = f"{secured.LISTENER}://127.0.0.1:{self.sasl_ssl_ports[i]}"
+            props["listeners"] += "," + extra
+            props["advertised.listeners"] += "," + extra
+            props["listener.security.protocol.map"] += f",{secured.LISTENER}:{secured.LISTENER}"
+            props.update(secured.listener_properties(self.tls))
         props.update(self.overrides)
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
@@ -106,6 +121,9 @@ class KafkaCluster:
         self.cluster_id = subprocess.run(
             self._java_plain("kafka.tools.StorageTool", "random-uuid"), capture_output=True, text=True, check=True,
         ).stdout.strip() or uuid.uuid4().hex
+        if self.sasl_ssl_ports:
+            self.tls = secured.make_tls(self.root / "tls")
+        scram = secured.scram_format_args() if self.tls is not None else []
         for i in range(self.size):
             d = self.node_dir(i)
             d.mkdir(parents=True, exist_ok=True)
@@ -113,7 +131,7 @@ class KafkaCluster:
             (d / "log4j2.properties").write_text(_LOG4J.format(path=d / "server.log"))
             done = subprocess.run(
                 self._java(i, "kafka.tools.StorageTool", "format", "-t", self.cluster_id,
-                           "-c", str(d / "server.properties"), "--ignore-formatted"),
+                           "-c", str(d / "server.properties"), "--ignore-formatted", *scram),
                 capture_output=True, text=True, timeout=120,
             )
             if done.returncode != 0:

@@ -97,7 +97,7 @@ def log_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 @pytest.fixture(scope="session")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
-    cluster = KafkaCluster(tmp_path_factory.mktemp("kafka"), 1)
+    cluster = KafkaCluster(tmp_path_factory.mktemp("kafka"), 1, secured=True)  # SASL_SSL beside PLAINTEXT
     try:
         yield cluster.start()
     finally:
