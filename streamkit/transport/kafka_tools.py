@@ -858,8 +858,20 @@ class KafkaTools:
     async def committed(self, group: str, topic: str) -> dict[int, int]:
         """The group's committed offset of each partition of ``topic`` that has one."""
         admin = await self._admin_client()
-        async with _errors(f"cannot read the offsets of group {group!r}"):
-            offsets = await admin.list_consumer_group_offsets(group)
+        where = f"cannot read the offsets of group {group!r}"
+        deadline = time.monotonic() + self.request_timeout_ms / 1000
+        while True:
+            try:
+                offsets = await admin.list_consumer_group_offsets(group)
+                break
+            except KafkaError as exc:
+                # Kafka answers COORDINATOR_NOT_AVAILABLE while it creates __consumer_offsets
+                # for the cluster's first group, and COORDINATOR_LOAD_IN_PROGRESS while a new
+                # coordinator loads it: retriable, and Kafka's admin client retries them.
+                if not exc.retriable or isinstance(exc, KafkaConnectionError) or time.monotonic() >= deadline:
+                    async with _errors(where):
+                        raise
+            await asyncio.sleep(_RETRY_S)
         return {
             tp.partition: int(meta.offset)
             for tp, meta in offsets.items()

@@ -61,54 +61,56 @@ def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
     return asyncio.run(read())
 
 
-def test_topics_create_list_describe_delete(broker: BrokerProcess) -> None:
-    b = ("--bootstrap", broker.bootstrap)
-    created = sk("topics", "create", "wire-topics", "-p", "3", "-c", "retention.ms=60000", *b)
+def test_topics_create_list_describe_delete(bootstrap: str, unique: str) -> None:
+    b = ("--bootstrap", bootstrap)
+    topic, one, bad = f"{unique}-topics", f"{unique}-one", f"{unique}-bad"
+    created = sk("topics", "create", topic, "-p", "3", "-c", "retention.ms=60000", *b)
     assert created.exit_code == 0, created.output
-    assert created.stdout == "created topic wire-topics with 3 partitions\n"
-    assert sk("topics", "create", "wire-one", *b).stdout == "created topic wire-one with 1 partition\n"
-    again = sk("topics", "create", "wire-topics", *b)
+    assert created.stdout == f"created topic {topic} with 3 partitions\n"
+    assert sk("topics", "create", one, *b).stdout == f"created topic {one} with 1 partition\n"
+    again = sk("topics", "create", topic, *b)
     assert again.exit_code == 2
-    one_line_error(again.stderr, "topic 'wire-topics' already exists")
-    assert sk("topics", "create", "wire-topics", "--if-not-exists", *b).exit_code == 0
-    bad_config = sk("topics", "create", "wire-bad", "-c", "no.such.config=1", *b)
+    one_line_error(again.stderr, f"Topic '{topic}' already exists.")  # the broker's words, Kafka's
+    assert sk("topics", "create", topic, "--if-not-exists", *b).exit_code == 0
+    bad_config = sk("topics", "create", bad, "-c", "no.such.config=1", *b)
     assert bad_config.exit_code == 2
     one_line_error(bad_config.stderr, "Unknown topic config name: no.such.config")
 
     names = sk("topics", "list", *b).stdout.split()
-    assert {"wire-topics", "wire-one"} <= set(names) and "wire-bad" not in names and names == sorted(names)
+    assert {topic, one} <= set(names) and bad not in names and names == sorted(names)
 
-    assert sk("produce", "wire-topics", "-p", "1", *b, input="a\nb\n").exit_code == 0
-    described = sk("topics", "describe", "wire-topics", *b)
+    assert sk("produce", topic, "-p", "1", *b, input="a\nb\n").exit_code == 0
+    described = sk("topics", "describe", topic, *b)
     assert described.exit_code == 0, described.output
     lines = described.stdout.splitlines()
-    assert lines[0] == "Topic: wire-topics  Partitions: 3  Internal: no  Offsets in the log: 2  Size: -"
+    assert lines[0] == f"Topic: {topic}  Partitions: 3  Internal: no  Offsets in the log: 2  Size: -"
     assert lines[2].split() == ["Partition", "LogStartOffset", "HighWatermark", "Size", "Segments"]
     assert [line.split() for line in lines[3:6]] == [["0", "0", "0", "-", "-"], ["1", "0", "2", "-", "-"], ["2", "0", "0", "-", "-"]]
     assert "  retention.ms = 60000" in lines and "  cleanup.policy = delete" in lines
 
-    deleted = sk("topics", "delete", "wire-topics", *b)
-    assert deleted.exit_code == 0 and deleted.stdout == "deleted topic wire-topics\n"
-    assert "wire-topics" not in sk("topics", "list", *b).stdout.split()
-    for args in (("topics", "describe", "wire-topics"), ("topics", "delete", "wire-topics")):
+    deleted = sk("topics", "delete", topic, *b)
+    assert deleted.exit_code == 0 and deleted.stdout == f"deleted topic {topic}\n"
+    assert topic not in sk("topics", "list", *b).stdout.split()
+    for args in (("topics", "describe", topic), ("topics", "delete", topic)):
         gone = sk(*args, *b)
         assert gone.exit_code == 2 and gone.stdout == ""
-        one_line_error(gone.stderr, "unknown topic 'wire-topics'")
+        one_line_error(gone.stderr, f"unknown topic '{topic}'")
     # Describing a missing topic did not auto-create it on the broker.
-    assert "wire-topics" not in sk("topics", "list", *b).stdout.split()
+    assert topic not in sk("topics", "list", *b).stdout.split()
 
 
-def test_keyed_round_trip_with_offsets_and_keys(broker: BrokerProcess) -> None:
-    env = {"STREAMKIT_BOOTSTRAP": broker.bootstrap}  # the environment variable works too
-    assert sk("topics", "create", "wire-orders", "-p", "3", env=env).exit_code == 0
+def test_keyed_round_trip_with_offsets_and_keys(bootstrap: str, unique: str) -> None:
+    env = {"STREAMKIT_BOOTSTRAP": bootstrap}  # the environment variable works too
+    orders = f"{unique}-orders"
+    assert sk("topics", "create", orders, "-p", "3", env=env).exit_code == 0
     lines = "".join(f"user{i % 7}:event {i}\n" for i in range(40))
-    produced = sk("produce", "wire-orders", "--key-separator", ":", "-H", "src=cli", "--compression", "gzip", input=lines, env=env)
+    produced = sk("produce", orders, "--key-separator", ":", "-H", "src=cli", "--compression", "gzip", input=lines, env=env)
     assert produced.exit_code == 0, produced.output
-    assert produced.stderr.startswith("produced 40 records in 3 batches to wire-orders (partitions 0: ")
+    assert produced.stderr.startswith(f"produced 40 records in 3 batches to {orders} (partitions 0: ")
 
-    consumed = sk("consume", "wire-orders", "--from-beginning", "--print-offsets", "--print-keys", env=env)
+    consumed = sk("consume", orders, "--from-beginning", "--print-offsets", "--print-keys", env=env)
     assert consumed.exit_code == 0, consumed.output
-    assert consumed.stderr == "consumed 40 records from wire-orders\n"
+    assert consumed.stderr == f"consumed 40 records from {orders}\n"
     next_offset: Counter[int] = Counter()
     values = []
     for row in consumed.stdout.splitlines():
@@ -120,11 +122,11 @@ def test_keyed_round_trip_with_offsets_and_keys(broker: BrokerProcess) -> None:
         assert int(value.split()[1]) % 7 == int(key[4:])
         values.append(int(value.split()[1]))
     assert sorted(values) == list(range(40))
-    assert sk("consume", "wire-orders", env=env).stdout == ""  # starts at the end, exits there
+    assert sk("consume", orders, env=env).stdout == ""  # starts at the end, exits there
 
     async def first_record() -> tuple[int, list[tuple[str, bytes | None]]]:
-        async with KafkaTools(broker.bootstrap) as tools:
-            got = await tools.fetch("wire-orders", partition, 0, 1 << 20)
+        async with KafkaTools(bootstrap) as tools:
+            got = await tools.fetch(orders, partition, 0, 1 << 20)
             return got.records[0].timestamp, got.records[0].headers
 
     timestamp, headers = asyncio.run(first_record())
@@ -169,26 +171,27 @@ def test_kafka_tools_directly(broker: BrokerProcess) -> None:
     asyncio.run(scenario())
 
 
-def test_group_commit_and_resume(broker: BrokerProcess) -> None:
-    b = ("--bootstrap", broker.bootstrap)
-    sk("topics", "create", "wire-groups", "-p", "2", *b)
-    sk("produce", "wire-groups", "-p", "0", *b, input="".join(f"zero {i}\n" for i in range(6)))
-    sk("produce", "wire-groups", "-p", "1", *b, input="".join(f"one {i}\n" for i in range(4)))
+def test_group_commit_and_resume(bootstrap: str, unique: str) -> None:
+    b = ("--bootstrap", bootstrap)
+    topic, billing, late = f"{unique}-groups", f"{unique}-billing", f"{unique}-late"
+    sk("topics", "create", topic, "-p", "2", *b)
+    sk("produce", topic, "-p", "0", *b, input="".join(f"zero {i}\n" for i in range(6)))
+    sk("produce", topic, "-p", "1", *b, input="".join(f"one {i}\n" for i in range(4)))
 
-    first = sk("consume", "wire-groups", "-g", "billing", "--from-beginning", "--max", "4", *b)
+    first = sk("consume", topic, "-g", billing, "--from-beginning", "--max", "4", *b)
     assert first.exit_code == 0, first.output
     assert first.stdout == "zero 0\nzero 1\nzero 2\nzero 3\n"
-    assert first.stderr == "consumed 4 records from wire-groups; group billing is at 0:4, 1:0\n"
-    rest = sk("consume", "wire-groups", "-g", "billing", *b)  # resumes from the commits
+    assert first.stderr == f"consumed 4 records from {topic}; group {billing} is at 0:4, 1:0\n"
+    rest = sk("consume", topic, "-g", billing, *b)  # resumes from the commits
     assert rest.stdout == "zero 4\nzero 5\none 0\none 1\none 2\none 3\n"
-    assert rest.stderr == "consumed 6 records from wire-groups; group billing is at 0:6, 1:4\n"
-    assert sk("consume", "wire-groups", "-g", "billing", "--from-beginning", *b).stdout == ""
+    assert rest.stderr == f"consumed 6 records from {topic}; group {billing} is at 0:6, 1:4\n"
+    assert sk("consume", topic, "-g", billing, "--from-beginning", *b).stdout == ""
 
     # A new group starting at the end commits where it started, as Kafka does.
-    fresh = sk("consume", "wire-groups", "-g", "late", *b)
-    assert fresh.stderr == "consumed 0 records from wire-groups; group late is at 0:6, 1:4\n"
-    sk("produce", "wire-groups", "-p", "1", *b, input="new\n")
-    assert sk("consume", "wire-groups", "-g", "late", *b).stdout == "new\n"
+    fresh = sk("consume", topic, "-g", late, *b)
+    assert fresh.stderr == f"consumed 0 records from {topic}; group {late} is at 0:6, 1:4\n"
+    sk("produce", topic, "-p", "1", *b, input="new\n")
+    assert sk("consume", topic, "-g", late, *b).stdout == "new\n"
 
 
 def test_partition_and_offset(broker: BrokerProcess) -> None:

@@ -1,6 +1,6 @@
 """Faust's agent RPC: ``ask``, ``map``, ``kvmap``, ``join``, ``kvjoin`` over reply topics, on
-the embedded log and with ``streamkit worker`` against ``streamkit broker`` answering a
-plain script's questions."""
+the embedded log and with ``streamkit worker`` against ``streamkit broker`` and Apache Kafka
+answering a plain script's questions."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ async def test_ask_map_kvmap_join_on_the_embedded_log() -> None:
 RPC_APP = """
 import streamkit as faust
 
-app = faust.App("rpc-demo", reply_create_topic=True)
+app = faust.App("{app_id}", reply_create_topic=True)
 
 
 class Quote(faust.Record, namespace="rpc.Quote"):
@@ -85,7 +85,7 @@ class Quote(faust.Record, namespace="rpc.Quote"):
     price: float
 
 
-prices = app.topic("prices", key_type=str, value_type=float, partitions=3)
+prices = app.topic("{app_id}-prices", key_type=str, value_type=float, partitions=3)
 
 
 @app.agent(value_type=int)
@@ -101,9 +101,10 @@ async def quote(stream):
 """
 
 
-async def test_a_plain_script_asks_a_streamkit_worker_through_streamkit_broker(broker: Any, tmp_path: Path) -> None:
-    url = f"kafka://{broker.bootstrap}"
-    (tmp_path / "rpc_demo.py").write_text(RPC_APP)
+async def test_a_plain_script_asks_a_streamkit_worker_over_the_wire(bootstrap: str, tmp_path: Path, unique: str) -> None:
+    """On ``streamkit broker`` and on Apache Kafka (both shared: the app is named by the test)."""
+    url = f"kafka://{bootstrap}"
+    (tmp_path / "rpc_demo.py").write_text(RPC_APP.format(app_id=unique))
     worker = subprocess.Popen(
         [str(STREAMKIT), "worker", "-A", "rpc_demo:app", "--broker", url, "--progress-interval", "0"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

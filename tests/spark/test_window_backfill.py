@@ -11,6 +11,7 @@ import json
 import random
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -192,64 +193,69 @@ def test_a_second_backfill_replaces_the_first(
     assert asyncio.run(served()) == {("u2", BASE + 10_000, BASE + 10_000): ["b"]}
 
 
-def test_a_backfill_over_the_kafka_protocol(spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An app on ``kafka://`` is backfilled over the wire (a streamkit broker here): the source
-    read, the changelog written and the group committed through the Kafka protocol."""
+def test_a_backfill_over_the_kafka_protocol(
+    spark: Any, bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unique: str
+) -> None:
+    """An app on ``kafka://`` is backfilled over the wire (``streamkit broker`` and Apache
+    Kafka): the source read, the changelog written and the group committed through the Kafka
+    protocol, and the changelog read back by the data source's ``bootstrap`` option. Both are
+    shared: the app is named by the test (``BF_ID``)."""
     from streamkit.log.records import NewRecord
     from streamkit.spark.backfill import backfill
     from streamkit.spark.logs import BrokerLog
     from streamkit.transport.kafka_tools import KafkaTools
-    from tests.support.broker import BrokerProcess
 
-    broker = BrokerProcess(tmp_path / "owned", "--default-partitions", "2").start(same_port=False)
+    monkeypatch.setenv("BF_BROKER", f"kafka://{bootstrap}")
+    monkeypatch.setenv("BF_ID", unique)
+    monkeypatch.syspath_prepend(str(HERE))
+    sys.modules.pop("window_app", None)
+    module = importlib.import_module("window_app")
+    topic = module.visits.name
+    # Moved to now, a whole number of minutes on: Kafka deletes records older than retention.ms
+    # (7 days) even from a partition's only segment, and 2023's would be gone at its next
+    # retention check. streamkit broker never deletes the active segment: see docs/kafka.md.
+    shift = (int(time.time() * 1000) - BASE) // 60_000 * 60_000
+    visits = [(user, page, ts + shift) for user, page, ts in _visits()[:60]]
+
+    async def create() -> None:
+        async with KafkaTools(bootstrap) as tools:
+            await tools.create_topic(topic, 2, {})
+
+    asyncio.run(create())
+    log = BrokerLog(bootstrap, topic)
     try:
-        monkeypatch.setenv("BF_BROKER", f"kafka://{broker.bootstrap}")
-        monkeypatch.syspath_prepend(str(HERE))
-        sys.modules.pop("window_app", None)
-        module = importlib.import_module("window_app")
-        visits = _visits()[:60]
+        from streamkit._core.partitioner import partition_for_key
 
-        async def create() -> None:
-            async with KafkaTools(broker.bootstrap) as tools:
-                await tools.create_topic("visits", 2, {})
-
-        asyncio.run(create())
-        log = BrokerLog(broker.bootstrap, "visits")
-        try:
-            from streamkit._core.partitioner import partition_for_key
-
-            for p in range(2):
-                log.append(p, [NewRecord(k.encode(), v.encode(), ts, ())
-                               for k, v, ts in visits if partition_for_key(k.encode(), 2) == p], "none")
-        finally:
-            log.close()
-        # The same history on files, for the worker's answer.
-        _load(tmp_path / "files", "visits", str, str, 2, visits)
-
-        async def worker() -> tuple[dict[Any, Any], int]:
-            async with AppDriver(module.app, data_dir=str(tmp_path / "files"), state_dir=str(tmp_path / "s")) as d:
-                await d.process()
-                return _windows(module.sessions), len(await d.read(module.app.topics["wbf-late"]))
-
-        sessions, late = asyncio.run(worker())
-        report = backfill(spark, "window_app:app", "visit_sessions")[0]
-        assert report.records_read == len(visits) and report.late == late
-        assert report.windows == len(sessions)
-
-        async def committed() -> dict[int, int]:
-            async with KafkaTools(broker.bootstrap) as tools:
-                return await tools.committed("wbf", "visits")
-
-        assert asyncio.run(committed()) == report.ends
-        changelog = (spark.read.format("streamkit").option("bootstrap", broker.bootstrap)
-                     .option("topic", module.sessions.table.changelog_topic.name).load())
-        from streamkit.windows import decode_window_key
-
-        stored = {}
-        for r in changelog.collect():
-            if bytes(r.key)[:1] == b"\x01":  # a window: max timestamp (8 bytes) | aggregate
-                key, start, end = decode_window_key(bytes(r.key)[1:])
-                stored[(key.decode(), start, end)] = json.loads(bytes(r.value)[8:])
-        assert stored == sessions  # the worker's sessions, in the worker's store layout
+        for p in range(2):
+            log.append(p, [NewRecord(k.encode(), v.encode(), ts, ())
+                           for k, v, ts in visits if partition_for_key(k.encode(), 2) == p], "none")
     finally:
-        assert broker.stop() == 0, broker.stderr()
+        log.close()
+    # The same history on files, for the worker's answer.
+    _load(tmp_path / "files", topic, str, str, 2, visits)
+
+    async def worker() -> tuple[dict[Any, Any], int]:
+        async with AppDriver(module.app, data_dir=str(tmp_path / "files"), state_dir=str(tmp_path / "s")) as d:
+            await d.process()
+            return _windows(module.sessions), len(await d.read(module.app.topics[f"{unique}-late"]))
+
+    sessions, late = asyncio.run(worker())
+    report = backfill(spark, "window_app:app", "visit_sessions")[0]
+    assert report.records_read == len(visits) and report.late == late
+    assert report.windows == len(sessions)
+
+    async def committed() -> dict[int, int]:
+        async with KafkaTools(bootstrap) as tools:
+            return await tools.committed(unique, topic)
+
+    assert asyncio.run(committed()) == report.ends
+    changelog = (spark.read.format("streamkit").option("bootstrap", bootstrap)
+                 .option("topic", module.sessions.table.changelog_topic.name).load())
+    from streamkit.windows import decode_window_key
+
+    stored = {}
+    for r in changelog.collect():
+        if bytes(r.key)[:1] == b"\x01":  # a window: max timestamp (8 bytes) | aggregate
+            key, start, end = decode_window_key(bytes(r.key)[1:])
+            stored[(key.decode(), start, end)] = json.loads(bytes(r.value)[8:])
+    assert stored == sessions  # the worker's sessions, in the worker's store layout

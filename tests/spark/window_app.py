@@ -1,5 +1,6 @@
 """The app the windowed backfill tests run. Its broker comes from the environment, so the same
-module serves a worker and a backfill on any directory.
+module serves a worker and a backfill on any directory, and so may its name (``BF_ID``): on a
+shared broker or Kafka a test names its own app, whose topics then start with ``<id>-``.
 
 * ``clicks_per_page``: clicks re-keyed by page (a repartition topic), hopping windows, each
   window emitted once when it closes (to ``page-windows``);
@@ -13,10 +14,13 @@ import os
 import streamkit as sk
 from streamkit.windows import Hopping, Session
 
-app = sk.App("wbf", broker=os.environ.get("BF_BROKER", "file://.streamkit"))
-clicks = app.topic("clicks", key_type=str, value_type=dict, partitions=3)
-visits = app.topic("visits", key_type=str, value_type=str, partitions=2)
-page_windows = app.topic("page-windows", key_type=str, value_type=dict, partitions=1)
+APP_ID = os.environ.get("BF_ID", "wbf")
+PREFIX = "" if APP_ID == "wbf" else f"{APP_ID}-"
+
+app = sk.App(APP_ID, broker=os.environ.get("BF_BROKER", "file://.streamkit"))
+clicks = app.topic(f"{PREFIX}clicks", key_type=str, value_type=dict, partitions=3)
+visits = app.topic(f"{PREFIX}visits", key_type=str, value_type=str, partitions=2)
+page_windows = app.topic(f"{PREFIX}page-windows", key_type=str, value_type=dict, partitions=1)
 
 per_page = (
     app.stream(clicks)

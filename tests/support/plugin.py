@@ -10,7 +10,8 @@ report.
 
 ``log_url`` runs a test three times: on the embedded log (``file://<tmp>``), on the module's
 broker (``kafka://127.0.0.1:<port>``) and on Apache Kafka (the session's ``kafka``); the last
-two are shared, so a test names its apps and topics with ``unique``. ``data_dir`` is a data
+two are shared, so a test names its apps and topics with ``unique``. ``bootstrap`` is the
+module's broker or Apache Kafka as ``HOST:PORT``, for the tests of the wire only. ``data_dir`` is a data
 directory not created yet.
 ``faust_python`` is a python with faust-streaming (see its docstring).
 
@@ -93,6 +94,18 @@ def log_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"kafka://{kafka.bootstrap}"
     broker: BrokerProcess = request.getfixturevalue("broker")
     return f"kafka://{broker.bootstrap}"
+
+
+@pytest.fixture(params=["broker", "kafka"])
+def bootstrap(request: pytest.FixtureRequest) -> str:
+    """``HOST:PORT`` of the module's ``streamkit broker`` or of the session's Apache Kafka: the
+    tests of the wire (``--bootstrap``, ``kafka://`` apps) with no embedded variant. Both are
+    shared: name topics, groups and apps with ``unique``."""
+    if request.param == "kafka":
+        kafka: KafkaCluster = request.getfixturevalue("kafka")
+        return kafka.bootstrap
+    broker: BrokerProcess = request.getfixturevalue("broker")
+    return broker.bootstrap
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from aiokafka.errors import GroupAuthorizationFailedError, GroupCoordinatorNotAvailableError
 
 from streamkit._core.errors import StreamkitError
 from streamkit.log.records import NewRecord
@@ -131,5 +132,46 @@ def test_the_worker_producer_names_a_missing_partition(broker: BrokerProcess) ->
                 await producer.aclose()
         finally:
             await client.aclose()
+
+    asyncio.run(scenario())
+
+
+class _CoordinatorComingUp:
+    """An admin client of a Kafka whose group coordinator is not up yet: the first ``busy``
+    offset reads are answered COORDINATOR_NOT_AVAILABLE (as Kafka does while it creates
+    ``__consumer_offsets`` for the cluster's first group), then the group has none."""
+
+    def __init__(self, busy: int, error: type[Exception] = GroupCoordinatorNotAvailableError) -> None:
+        self.busy = busy
+        self.error = error
+        self.asked = 0
+
+    async def list_consumer_group_offsets(self, group: str) -> dict[object, object]:
+        self.asked += 1
+        if self.asked <= self.busy:
+            raise self.error()
+        return {}
+
+
+def test_offsets_of_a_group_wait_for_its_coordinator_and_a_refusal_is_one_line() -> None:
+    """The CLI's ``consume -g`` on a fresh Apache Kafka failed at once with
+    ``GroupCoordinatorNotAvailableError``; Kafka's admin client retries it until its timeout."""
+
+    async def scenario() -> None:
+        tools = KafkaTools("127.0.0.1:1", request_timeout_ms=2_000)
+        coming_up = _CoordinatorComingUp(busy=3)
+        tools._admin = coming_up  # type: ignore[assignment]
+        assert await tools.committed("g", "t") == {}
+        assert coming_up.asked == 4
+        never = _CoordinatorComingUp(busy=10**6)
+        tools._admin = never  # type: ignore[assignment]
+        with pytest.raises(TransportError, match=r"^cannot read the offsets of group 'g': \[Error 15\]"):
+            await tools.committed("g", "t")
+        assert never.asked > 1
+        refused = _CoordinatorComingUp(busy=1, error=GroupAuthorizationFailedError)
+        tools._admin = refused  # type: ignore[assignment]
+        with pytest.raises(TransportError, match="GroupAuthorizationFailedError"):
+            await tools.committed("g", "t")
+        assert refused.asked == 1  # not retriable: refused at once
 
     asyncio.run(scenario())

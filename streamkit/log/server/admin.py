@@ -68,7 +68,7 @@ async def _create_topic(
     if topic.name.startswith("__"):
         return ErrorCode.INVALID_TOPIC_EXCEPTION, "topic names starting with '__' are reserved"
     if log.has_topic(topic.name):
-        return ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {topic.name!r} already exists"
+        return ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists."  # Kafka's words
     if topic.assignments:
         if topic.num_partitions != -1 or topic.replication_factor != -1:
             return ErrorCode.INVALID_REQUEST, "give either assignments or partitions and replicas"

@@ -1,9 +1,10 @@
-"""Exactly-once on ``streamkit broker`` with two workers: both count into the table and write
-outputs; one is SIGKILLed mid-stream and replaced by a worker on its state directory (a
+"""Exactly-once over the wire (``streamkit broker`` and Apache Kafka) with two workers: both
+count into the table and write outputs; one is SIGKILLed mid-stream and replaced by a worker on its state directory (a
 restarted pod on its volume), which takes its transactional id and so fences it: the killed
 worker's open transaction is aborted at once. The group rebalances; at the end the
 read_committed output holds each input's output exactly once, with the count the key had at
-that input, and the changelog's committed values equal the reference."""
+that input, and the changelog's committed values equal the reference. Both logs are shared, so
+the app is named by the test (``EOS_ID``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -57,13 +57,15 @@ def _stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> int:
 
 
 @pytest.mark.slow
-async def test_two_workers_one_killed_and_replaced_no_duplicate_no_loss(broker: Any, tmp_path: Path) -> None:
+async def test_two_workers_one_killed_and_replaced_no_duplicate_no_loss(
+    bootstrap: str, tmp_path: Path, unique: str
+) -> None:
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
-    url = f"kafka://{broker.bootstrap}"
-    env = {**os.environ, "EOS_COMMIT_S": "0.2", "EOS_PAUSE_EVERY": "5", "PYTHONPATH": str(HERE)}
+    url = f"kafka://{bootstrap}"
+    env = {**os.environ, "EOS_ID": unique, "EOS_COMMIT_S": "0.2", "EOS_PAUSE_EVERY": "5", "PYTHONPATH": str(HERE)}
     pairs = [(rng.choice(KEYS), i) for i in range(RECORDS)]
-    await produce(url, pairs)
+    await produce(url, pairs, unique)
     seen_a: list[str] = []
     seen_b: list[str] = []
     seen_c: list[str] = []
@@ -76,15 +78,15 @@ async def test_two_workers_one_killed_and_replaced_no_duplicate_no_loss(broker: 
         await asyncio.sleep(rng.uniform(0.3, 1.5))  # a random point of the run, not a condition
         a.send_signal(signal.SIGKILL)
         a.wait(timeout=30)
-        before = await committed(url)
+        before = await committed(url, unique)
         assert before < RECORDS, f"seed {seed}: the kill came after the end ({before})"
         c = _start(tmp_path, env, url, tmp_path / "state-a")
         procs.append(c)
         await wait_for_line(c, r"assigned ", seen_c, timeout=90)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 180
-        while await committed(url) < RECORDS:
-            assert loop.time() < deadline, f"seed {seed}: not done in time ({await committed(url)} of {RECORDS})"
+        while await committed(url, unique) < RECORDS:
+            assert loop.time() < deadline, f"seed {seed}: not done in time ({await committed(url, unique)} of {RECORDS})"
             await asyncio.sleep(0.2)
         assert _stop(b) == 0
         assert _stop(c) == 0
@@ -93,7 +95,7 @@ async def test_two_workers_one_killed_and_replaced_no_duplicate_no_loss(broker: 
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    out = await outputs(url, "read_committed")
+    out = await outputs(url, "read_committed", unique)
     bad = check_exactly_once(out, pairs, seed)
     assert not bad, f"seed {seed}: counts skipped or repeated, e.g. {bad[0]}"
-    assert await changelog_table(url) == reference(pairs), f"seed {seed}"
+    assert await changelog_table(url, unique) == reference(pairs), f"seed {seed}"
