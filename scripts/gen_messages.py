@@ -51,6 +51,8 @@ API_RANGES: dict[int, tuple[str, int, int]] = {
     26: ("EndTxn", 0, 1),
     28: ("TxnOffsetCommit", 0, 3),
     29: ("DescribeAcls", 1, 1),
+    30: ("CreateAcls", 1, 1),
+    31: ("DeleteAcls", 1, 1),
     32: ("DescribeConfigs", 1, 2),
     33: ("AlterConfigs", 0, 2),
     35: ("DescribeLogDirs", 1, 4),

@@ -43,6 +43,13 @@ from streamkit.log.server import Broker, BrokerConfig
               help="Close a connection whose request has not arrived whole this long after it began.")
 @click.option("--connections-max-idle-ms", type=click.IntRange(min=1), default=600_000, show_default=True,
               help="Close a connection that sends no request (and has none running) this long.")
+@click.option("--authorizer", is_flag=True,
+              help="Enforce Kafka's ACLs (kept in DATA_DIR/.broker/acls.json; managed with kafka-acls, "
+              "the AdminClient or `streamkit acls`). Default: everything is allowed.")
+@click.option("--super-user", "super_users", multiple=True, metavar="PRINCIPAL",
+              help="A principal (User:NAME) allowed everything, as Kafka's super.users; repeatable.")
+@click.option("--allow-everyone-if-no-acl-found", is_flag=True,
+              help="Allow an action on a resource that no ACL names (Kafka's allow.everyone.if.no.acl.found).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="warning", show_default=True)
 def broker_command(
@@ -57,6 +64,9 @@ def broker_command(
     max_connections: int,
     request_timeout_ms: int,
     connections_max_idle_ms: int,
+    authorizer: bool,
+    super_users: tuple[str, ...],
+    allow_everyone_if_no_acl_found: bool,
     log_level: str,
 ) -> None:
     """Serve the log in --data-dir to Kafka clients over the Kafka wire protocol."""
@@ -75,6 +85,9 @@ def broker_command(
             max_connections=max_connections,
             request_timeout_ms=request_timeout_ms,
             connections_max_idle_ms=connections_max_idle_ms,
+            authorizer=authorizer,
+            super_users=frozenset(super_users),
+            allow_everyone_if_no_acl_found=allow_everyone_if_no_acl_found,
         )
         asyncio.run(_serve(data_dir, config))
     except StreamkitError as exc:

@@ -23,6 +23,8 @@ from streamkit.log.errors import (
     UnknownTopicError,
 )
 from streamkit.log.manager import INTERNAL_TOPICS, validate_topic_name
+from streamkit.log.server import access
+from streamkit.log.server.authorizer import Operation
 from streamkit.log.server.codec import RequestHeader
 from streamkit.log.server.error_codes import ErrorCode, code_for
 from streamkit.log.server.messages import (
@@ -50,7 +52,10 @@ async def create_topics(
 ) -> CreateTopicsResponse:
     results = []
     for topic in request.topics:
-        code, message = await _create_topic(state, topic, request.validate_only)
+        if access.may_create_topic(state, header, topic.name):
+            code, message = await _create_topic(state, topic, request.validate_only)
+        else:  # before any check of the name or the topic (Kafka's ControllerApis.createTopics)
+            code, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."
         results.append(
             CreateTopicsCreatableTopicResult(name=topic.name, error_code=code, error_message=message)
         )
@@ -105,9 +110,12 @@ async def delete_topics(
     state: BrokerState, header: RequestHeader, request: DeleteTopicsRequest
 ) -> DeleteTopicsResponse:
     results = []
+    deletable = _allowed_or_cluster(state, header, Operation.DELETE, request.topic_names)
     for name in request.topic_names:
         code = ErrorCode.NONE
-        if name in INTERNAL_TOPICS:
+        if name not in deletable:
+            code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        elif name in INTERNAL_TOPICS:
             code = ErrorCode.INVALID_TOPIC_EXCEPTION
         else:
             try:
@@ -120,6 +128,14 @@ async def delete_topics(
     return DeleteTopicsResponse(responses=results)
 
 
+def _allowed_or_cluster(state: BrokerState, header: RequestHeader, operation: Operation, names: list[str]) -> set[str]:
+    """The topics ``operation`` may touch: all of them with it on the cluster, else those it
+    is allowed on (Kafka's DeleteTopics)."""
+    if access.allowed_on_cluster(state, header, operation):
+        return set(names)
+    return access.allowed_names(state, header, operation, access.TOPIC, names)
+
+
 def _delete(state: BrokerState, name: str) -> None:
     state.log.delete_topic(name)
     state.producers.forget_topic(name)
@@ -129,12 +145,15 @@ async def create_partitions(
     state: BrokerState, header: RequestHeader, request: CreatePartitionsRequest
 ) -> CreatePartitionsResponse:
     names = [topic.name for topic in request.topics]
+    alterable = access.allowed_names(state, header, Operation.ALTER, access.TOPIC, names)
     results = []
     for topic in request.topics:
         code: ErrorCode
         message: str | None
         if names.count(topic.name) > 1:
             code, message = ErrorCode.INVALID_REQUEST, f"topic {topic.name!r} is named more than once"
+        elif topic.name not in alterable:
+            code, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, None
         else:
             code, message = await _create_partitions(state, topic, request.validate_only)
         results.append(CreatePartitionsTopicResult(name=topic.name, error_code=code, error_message=message))
@@ -180,14 +199,18 @@ async def delete_records(
         for part in topic.partitions:
             wanted.setdefault(topic.name, {})[part.partition_index] = part.offset
     results = []
+    deletable = access.allowed_names(state, header, Operation.DELETE, access.TOPIC, wanted)
     for name, offsets in wanted.items():
         parts = []
         for index, offset in offsets.items():
             low_watermark, code = -1, ErrorCode.NONE
-            try:
-                low_watermark = await state.run_blocking(state.log.delete_records, name, index, offset)
-            except LogError as exc:  # unknown, internal, policy, out of range, a closed log
-                code = code_for(exc)
+            if name not in deletable:
+                code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            else:
+                try:
+                    low_watermark = await state.run_blocking(state.log.delete_records, name, index, offset)
+                except LogError as exc:  # unknown, internal, policy, out of range, a closed log
+                    code = code_for(exc)
             parts.append(DeleteRecordsPartitionResult(partition_index=index, low_watermark=low_watermark, error_code=code))
         results.append(DeleteRecordsTopicResult(name=name, partitions=parts))
     return DeleteRecordsResponse(topics=results)

@@ -30,6 +30,8 @@ from streamkit.log.groups.messages import GroupConfig
 from streamkit.log.manager import LogManager, remove_owner, write_owner
 from streamkit.log.producers import ProducerIdAllocator, ProducerStates
 from streamkit.log.server import apis
+from streamkit.log.server.acl_store import AclStore, acl_path
+from streamkit.log.server.authorizer import AuthorizerSettings
 from streamkit.log.server.config import BrokerConfig
 from streamkit.log.server.connection import FrameProtocol, serve_connection
 from streamkit.log.server.dispatch import Dispatcher
@@ -155,6 +157,11 @@ class Broker:
             )
         if self.config.durable:
             state.group_sync = GroupSync(state.run_blocking)
+        if self.config.authorizer:
+            settings = AuthorizerSettings(
+                self.config.super_users, self.config.allow_everyone_if_no_acl_found
+            )
+            state.acls = await asyncio.to_thread(AclStore, acl_path(self.data_dir), settings)
         dispatcher = Dispatcher(state)
         try:
             await coordinator.start()

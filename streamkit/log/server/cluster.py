@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from streamkit.log.errors import InvalidTopicError, TopicExistsError, UnknownTopicError
 from streamkit.log.manager import INTERNAL_TOPICS, validate_topic_name
+from streamkit.log.server import access
+from streamkit.log.server.authorizer import Operation
 from streamkit.log.server.codec import RequestHeader
 from streamkit.log.server.error_codes import ErrorCode
 from streamkit.log.server.messages import (
@@ -59,8 +61,19 @@ async def metadata(
     allow_create = state.config.auto_create_topics and (
         header.api_version < 4 or request.allow_auto_topic_creation
     )
+    described = access.allowed_names(state, header, Operation.DESCRIBE, access.TOPIC, names)
     topics = []
     for name in names:
+        if name not in described:
+            # Listing all topics leaves them out; a topic asked for by name is refused
+            # without saying whether it exists (Kafka's handleTopicMetadataRequest).
+            if request.topics is not None:
+                topics.append(MetadataResponseTopic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name))
+            continue
+        may_create = allow_create and (log.has_topic(name) or access.may_create_topic(state, header, name))
+        if allow_create and not may_create:
+            topics.append(MetadataResponseTopic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name))
+            continue
         topics.append(await _topic_metadata(state, name, allow_create))
     return MetadataResponse(
         brokers=[_broker(state)],
@@ -121,6 +134,16 @@ async def find_coordinator(
             node_id=-1,
             host="",
             port=-1,
+        )
+    if request.key_type == GROUP_KEY and not access.allowed(
+        state, header, Operation.DESCRIBE, access.GROUP, request.key
+    ):
+        return FindCoordinatorResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, node_id=-1, host="", port=-1)
+    if request.key_type == TRANSACTION_KEY and not access.allowed(
+        state, header, Operation.DESCRIBE, access.TRANSACTIONAL_ID, request.key
+    ):
+        return FindCoordinatorResponse(
+            error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, node_id=-1, host="", port=-1
         )
     return FindCoordinatorResponse(
         node_id=state.config.node_id, host=state.config.advertised, port=state.port

@@ -38,6 +38,11 @@ class BrokerConfig:
     # shared by the requests that arrived meanwhile (``group_sync.py``). Off: acknowledged
     # means in the page cache, on disk within the topic's flush.ms.
     durable: bool = False
+    # Kafka's ACLs (``acl_store.py``): off, every request is allowed and the ACL APIs answer
+    # SECURITY_DISABLED, as Kafka without ``authorizer.class.name``.
+    authorizer: bool = False
+    super_users: frozenset[str] = frozenset()  # Kafka's super.users
+    allow_everyone_if_no_acl_found: bool = False  # Kafka's allow.everyone.if.no.acl.found
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -50,6 +55,12 @@ class BrokerConfig:
             raise ConfigError("in-flight and connection limits must be at least 1")
         if self.request_timeout_ms < 1 or self.connections_max_idle_ms < 1:
             raise ConfigError("the request and idle timeouts must be at least 1 ms")
+        for principal in self.super_users:
+            kind, sep, name = principal.partition(":")
+            if not (kind and sep and name):
+                raise ConfigError(f"a super user is a principal TYPE:NAME (User:alice), not {principal!r}")
+        if (self.super_users or self.allow_everyone_if_no_acl_found) and not self.authorizer:
+            raise ConfigError("super users and allow-everyone-if-no-acl-found need the authorizer")
 
     @property
     def advertised(self) -> str:

@@ -64,6 +64,8 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self._max_in_flight = max_in_flight
         self.transport: asyncio.Transport | None = None
         self.peer: object = None
+        # Who the authorizer sees: Kafka's principal on a PLAINTEXT listener (TLS/SASL set it).
+        self.principal = "User:ANONYMOUS"
         self._staging = bytearray(_STAGING_BYTES)
         self._filled = 0
         self._large: bytearray | None = None  # a frame too big for staging, being received
@@ -291,7 +293,7 @@ async def _answer(protocol: FrameProtocol, dispatcher: Dispatcher, peer: object)
                 return
             protocol.handling = True
             try:
-                response = await dispatcher.handle(frame, client_host)
+                response = await dispatcher.handle(frame, client_host, protocol.principal)
             except ServerError as exc:
                 logger.warning("closing connection %s: %s", peer, exc)
                 return

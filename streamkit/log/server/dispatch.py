@@ -75,6 +75,8 @@ HANDLERS: dict[int, Handler] = {
     apis.DESCRIBE_TRANSACTIONS: txn_apis.describe_transactions,
     apis.LIST_TRANSACTIONS: txn_apis.list_transactions,
     apis.DESCRIBE_ACLS: acl_apis.describe_acls,
+    apis.CREATE_ACLS: acl_apis.create_acls,
+    apis.DELETE_ACLS: acl_apis.delete_acls,
     apis.DESCRIBE_LOG_DIRS: log_dirs.describe_log_dirs,
 }
 
@@ -84,7 +86,9 @@ class Dispatcher:
         self.state = state
         self.handlers = dict(HANDLERS if handlers is None else handlers)
 
-    async def handle(self, frame: bytes | bytearray, client_host: str = "") -> list[Part] | None:
+    async def handle(
+        self, frame: bytes | bytearray, client_host: str = "", principal: str = "User:ANONYMOUS"
+    ) -> list[Part] | None:
         """The response frame for one request frame as parts to send in order (see
         ``frames.py``), or None when none is due.
 
@@ -92,9 +96,9 @@ class Dispatcher:
         from it as they are; kio wants ``bytes``, so anything else gets a copy.
         """
         if isinstance(frame, bytes):
-            header = peek_header(frame, client_host)
+            header = peek_header(frame, client_host, principal)
         else:  # a v1 header is at most 10 bytes and a 32767-byte client id
-            header = peek_header(bytes(memoryview(frame)[:_MAX_HEADER_V1]), client_host)
+            header = peek_header(bytes(memoryview(frame)[:_MAX_HEADER_V1]), client_host, principal)
         table = self.state.api_table
         if header.api_key == apis.API_VERSIONS and not (
             table[apis.API_VERSIONS][0] <= header.api_version <= table[apis.API_VERSIONS][1]

@@ -31,6 +31,8 @@ from streamkit.log.partition import Partition
 from streamkit.log.producers import last_stable_offset as producers_lso
 from streamkit.log.records import iter_batches
 from streamkit.log.segment import FileRange
+from streamkit.log.server import access
+from streamkit.log.server.authorizer import Operation
 from streamkit.log.server.codec import RequestHeader
 from streamkit.log.server.error_codes import ErrorCode
 from streamkit.log.server.frames import FetchAnswer, Records
@@ -56,23 +58,24 @@ _MAX_WAIT_MS = 30_000
 async def fetch(state: BrokerState, header: RequestHeader, request: FetchRequest) -> FetchAnswer:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + min(max(request.max_wait_ms, 0), _MAX_WAIT_MS) / 1000
-    tps = [TopicPartition(t.topic, p.partition) for t in request.topics for p in t.partitions]
+    readable = access.allowed_names(state, header, Operation.READ, access.TOPIC, (t.topic for t in request.topics))
+    tps = [TopicPartition(t.topic, p.partition) for t in request.topics if t.topic in readable for p in t.partitions]
     if request.isolation_level == READ_COMMITTED:
         await _load_transaction_state(state, tps)
-    response, ready, failed = _collect(state, request)
+    response, ready, failed = _collect(state, request, readable)
     while ready < request.min_bytes and not failed:
         remaining = deadline - loop.time()
         if remaining <= 0:
             break
         waiter = state.notifier.register(tps)
         try:
-            response, ready, failed = _collect(state, request)
+            response, ready, failed = _collect(state, request, readable)
             if ready >= request.min_bytes or failed:
                 break
             await asyncio.wait([waiter], timeout=remaining)
         finally:
             state.notifier.discard(waiter, tps)
-        response, ready, failed = _collect(state, request)
+        response, ready, failed = _collect(state, request, readable)
     return response
 
 
@@ -89,8 +92,9 @@ async def _load_transaction_state(state: BrokerState, tps: list[TopicPartition])
             await state.run_blocking(state.producers.load, partition)
 
 
-def _collect(state: BrokerState, request: FetchRequest) -> tuple[FetchAnswer, int, bool]:
-    """Read every requested partition now: (answer, bytes of records, any partition failed)."""
+def _collect(state: BrokerState, request: FetchRequest, readable: set[str]) -> tuple[FetchAnswer, int, bool]:
+    """Read every requested partition now: (answer, bytes of records, any partition failed).
+    A topic not in ``readable`` is TOPIC_AUTHORIZATION_FAILED (Kafka checks READ per topic)."""
     budget = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
     total = 0
     failed = False
@@ -99,6 +103,11 @@ def _collect(state: BrokerState, request: FetchRequest) -> tuple[FetchAnswer, in
     for topic in request.topics:
         parts = []
         for wanted in topic.partitions:
+            if topic.topic not in readable:
+                failed = True
+                parts.append(_failed(wanted.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                records.append(b"")
+                continue
             # The first data in the response may exceed the budget (one whole batch); after
             # that each partition gets what is left of it.
             max_bytes = wanted.partition_max_bytes
@@ -122,6 +131,12 @@ def _collect(state: BrokerState, request: FetchRequest) -> tuple[FetchAnswer, in
     return FetchAnswer(FetchResponse(responses=topics, session_id=0), records), total, failed
 
 
+def _failed(index: int, code: ErrorCode) -> FetchPartitionData:
+    return FetchPartitionData(
+        partition_index=index, error_code=code, high_watermark=-1, last_stable_offset=-1, log_start_offset=-1
+    )
+
+
 def _read_partition(
     state: BrokerState,
     topic: str,
@@ -138,13 +153,7 @@ def _read_partition(
             raise UnknownTopicError(topic)
         partition = state.log.partition(topic, index)
     except UnknownTopicError:
-        return FetchPartitionData(
-            partition_index=index,
-            error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-            high_watermark=-1,
-            last_stable_offset=-1,
-            log_start_offset=-1,
-        ), b""
+        return _failed(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), b""
     hw = partition.high_watermark
     lso = last_stable_offset(state, partition)
     committed = isolation_level == READ_COMMITTED
@@ -196,9 +205,17 @@ async def list_offsets(
     state: BrokerState, header: RequestHeader, request: ListOffsetsRequest
 ) -> ListOffsetsResponse:
     topics = []
+    described = access.allowed_names(state, header, Operation.DESCRIBE, access.TOPIC, (t.name for t in request.topics))
     for topic in request.topics:
         parts = []
         for wanted in topic.partitions:
+            if topic.name not in described:
+                parts.append(
+                    ListOffsetsPartitionResponse(
+                        partition_index=wanted.partition_index, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                    )
+                )
+                continue
             parts.append(
                 await _list_offset(
                     state, topic.name, wanted.partition_index, wanted.timestamp, request.isolation_level

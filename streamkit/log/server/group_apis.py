@@ -16,6 +16,8 @@ one group and sends v7 when v7 is the highest offered, so they are not served.
 from __future__ import annotations
 
 from streamkit._core.types import TopicPartition
+from streamkit.log.server import access
+from streamkit.log.server.authorizer import Operation
 from streamkit.log.server.codec import RequestHeader
 from streamkit.log.server.error_codes import ErrorCode
 from streamkit.log.server.messages import (
@@ -50,11 +52,18 @@ from streamkit.log.server.messages import (
 from streamkit.log.server.state import BrokerState
 
 _KNOWN_MEMBER_ID_VERSION = 4  # JoinGroup v4+: a new member first gets MEMBER_ID_REQUIRED
+_DENIED = ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+
+def _may(state: BrokerState, header: RequestHeader, operation: Operation, group_id: str) -> bool:
+    return access.allowed(state, header, operation, access.GROUP, group_id)
 
 
 async def join_group(
     state: BrokerState, header: RequestHeader, request: JoinGroupRequest
 ) -> JoinGroupResponse:
+    if not _may(state, header, Operation.READ, request.group_id):
+        return JoinGroupResponse(error_code=_DENIED, member_id=request.member_id)
     result = await state.coordinator.join_group(
         request.group_id,
         request.member_id,
@@ -85,6 +94,8 @@ async def join_group(
 async def sync_group(
     state: BrokerState, header: RequestHeader, request: SyncGroupRequest
 ) -> SyncGroupResponse:
+    if not _may(state, header, Operation.READ, request.group_id):
+        return SyncGroupResponse(error_code=_DENIED)
     result = await state.coordinator.sync_group(
         request.group_id,
         request.generation_id,
@@ -98,6 +109,8 @@ async def sync_group(
 async def heartbeat(
     state: BrokerState, header: RequestHeader, request: HeartbeatRequest
 ) -> HeartbeatResponse:
+    if not _may(state, header, Operation.READ, request.group_id):
+        return HeartbeatResponse(error_code=_DENIED)
     result = await state.coordinator.heartbeat(
         request.group_id,
         request.generation_id,
@@ -110,6 +123,8 @@ async def heartbeat(
 async def leave_group(
     state: BrokerState, header: RequestHeader, request: LeaveGroupRequest
 ) -> LeaveGroupResponse:
+    if not _may(state, header, Operation.READ, request.group_id):
+        return LeaveGroupResponse(error_code=_DENIED)
     result = await state.coordinator.leave_group(request.group_id, request.member_id)
     return LeaveGroupResponse(error_code=result.error)
 
@@ -117,14 +132,29 @@ async def leave_group(
 async def offset_commit(
     state: BrokerState, header: RequestHeader, request: OffsetCommitRequest
 ) -> OffsetCommitResponse:
+    # Kafka: READ on the group, else every partition fails; READ on each topic, else its
+    # partitions fail and the others are committed.
+    group_ok = _may(state, header, Operation.READ, request.group_id)
+    readable = access.allowed_names(state, header, Operation.READ, access.TOPIC, (t.name for t in request.topics))
     offsets = {
         TopicPartition(topic.name, p.partition_index): (p.committed_offset, p.committed_metadata or "")
         for topic in request.topics
+        if topic.name in readable
         for p in topic.partitions
     }
-    result = await state.coordinator.commit_offsets(
-        request.group_id, request.generation_id_or_member_epoch, request.member_id, offsets
-    )
+    errors: dict[TopicPartition, int] = {}
+    if group_ok and offsets:
+        result = await state.coordinator.commit_offsets(
+            request.group_id, request.generation_id_or_member_epoch, request.member_id, offsets
+        )
+        errors = dict(result.errors)
+    for topic in request.topics:
+        for p in topic.partitions:
+            tp = TopicPartition(topic.name, p.partition_index)
+            if not group_ok:
+                errors[tp] = _DENIED
+            elif topic.name not in readable:
+                errors[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
     return OffsetCommitResponse(
         topics=[
             OffsetCommitResponseTopic(
@@ -132,7 +162,7 @@ async def offset_commit(
                 partitions=[
                     OffsetCommitResponsePartition(
                         partition_index=p.partition_index,
-                        error_code=result.errors[TopicPartition(topic.name, p.partition_index)],
+                        error_code=errors[TopicPartition(topic.name, p.partition_index)],
                     )
                     for p in topic.partitions
                 ],
@@ -145,19 +175,26 @@ async def offset_commit(
 async def offset_fetch(
     state: BrokerState, header: RequestHeader, request: OffsetFetchRequest
 ) -> OffsetFetchResponse:
+    if not _may(state, header, Operation.DESCRIBE, request.group_id):
+        return OffsetFetchResponse(error_code=_DENIED)
     wanted = None
     if request.topics is not None:
         wanted = [TopicPartition(t.name, p) for t in request.topics for p in t.partition_indexes]
     result = await state.coordinator.fetch_offsets(request.group_id, wanted)
+    # Topics the principal may not describe: refused when named, left out of "all".
+    topics = wanted if wanted is not None else result.offsets
+    described = access.allowed_names(state, header, Operation.DESCRIBE, access.TOPIC, (tp.topic for tp in topics))
     unstable: set[TopicPartition] = set()
     if request.require_stable and state.transactions is not None:
         unstable = state.transactions.pending_offsets(request.group_id)
     by_topic: dict[str, list[OffsetFetchResponsePartition]] = {}
     offsets = result.offsets
-    order = wanted if wanted is not None else sorted(offsets)
+    order = wanted if wanted is not None else sorted(tp for tp in offsets if tp.topic in described)
     for tp in order:
         offset, metadata = offsets.get(tp, (-1, ""))
         error: int = result.error
+        if tp.topic not in described:
+            offset, metadata, error = -1, "", ErrorCode.TOPIC_AUTHORIZATION_FAILED
         if tp in unstable and error == 0:
             # A transaction holds an offset for it: the caller retries until it ends.
             offset, metadata, error = -1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT
@@ -179,11 +216,14 @@ async def list_groups(
     state: BrokerState, header: RequestHeader, request: ListGroupsRequest
 ) -> ListGroupsResponse:
     result = await state.coordinator.list_groups()
+    # Kafka: every group with DESCRIBE on the cluster, else those the principal may describe.
+    everything = access.allowed_on_cluster(state, header, Operation.DESCRIBE)
     return ListGroupsResponse(
         error_code=result.error,
         groups=[
             ListGroupsListedGroup(group_id=g.group_id, protocol_type=g.protocol_type)
             for g in result.groups
+            if everything or _may(state, header, Operation.DESCRIBE, g.group_id)
         ],
     )
 
@@ -191,9 +231,13 @@ async def list_groups(
 async def describe_groups(
     state: BrokerState, header: RequestHeader, request: DescribeGroupsRequest
 ) -> DescribeGroupsResponse:
-    descriptions = await state.coordinator.describe_groups(request.groups)
+    described = [g for g in request.groups if _may(state, header, Operation.DESCRIBE, g)]
+    descriptions = await state.coordinator.describe_groups(described) if described else []
+    denied = [
+        DescribeGroupsDescribedGroup(error_code=_DENIED, group_id=g) for g in request.groups if g not in described
+    ]
     return DescribeGroupsResponse(
-        groups=[
+        groups=denied + [
             DescribeGroupsDescribedGroup(
                 error_code=d.error,
                 group_id=d.group_id,
@@ -219,7 +263,9 @@ async def describe_groups(
 async def delete_groups(
     state: BrokerState, header: RequestHeader, request: DeleteGroupsRequest
 ) -> DeleteGroupsResponse:
-    results = await state.coordinator.delete_groups(request.groups_names)
+    deletable = [g for g in request.groups_names if _may(state, header, Operation.DELETE, g)]
+    results = await state.coordinator.delete_groups(deletable) if deletable else []
+    denied = [(g, int(_DENIED)) for g in request.groups_names if g not in deletable]
     return DeleteGroupsResponse(
-        results=[DeleteGroupsDeletableGroupResult(group_id=g, error_code=e) for g, e in results]
+        results=[DeleteGroupsDeletableGroupResult(group_id=g, error_code=e) for g, e in denied + list(results)]
     )

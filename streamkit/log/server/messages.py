@@ -864,6 +864,88 @@ class DescribeAclsResponse:
 
 
 @dataclass(slots=True, kw_only=True)
+class CreateAclsAclCreation:
+    resource_type: int = 0
+    resource_name: str = ""
+    resource_pattern_type: int = 3
+    principal: str = ""
+    host: str = ""
+    operation: int = 0
+    permission_type: int = 0
+
+
+@dataclass(slots=True, kw_only=True)
+class CreateAclsRequest:
+    """CreateAcls request, api key 30: fields of v1 (v1-v1 decode into it)."""
+
+    API_KEY: ClassVar[int] = 30
+    creations: list[CreateAclsAclCreation] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class CreateAclsAclCreationResult:
+    error_code: int = 0
+    error_message: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class CreateAclsResponse:
+    """CreateAcls response, api key 30: fields of v1 (encodes as v1-v1)."""
+
+    API_KEY: ClassVar[int] = 30
+    throttle_time_ms: int = 0
+    results: list[CreateAclsAclCreationResult] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class DeleteAclsFilter:
+    resource_type_filter: int = 0
+    resource_name_filter: str | None = None
+    pattern_type_filter: int = 3
+    principal_filter: str | None = None
+    host_filter: str | None = None
+    operation: int = 0
+    permission_type: int = 0
+
+
+@dataclass(slots=True, kw_only=True)
+class DeleteAclsRequest:
+    """DeleteAcls request, api key 31: fields of v1 (v1-v1 decode into it)."""
+
+    API_KEY: ClassVar[int] = 31
+    filters: list[DeleteAclsFilter] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class DeleteAclsMatchingAcl:
+    error_code: int = 0
+    error_message: str | None = None
+    resource_type: int = 0
+    resource_name: str = ""
+    pattern_type: int = 3
+    principal: str = ""
+    host: str = ""
+    operation: int = 0
+    permission_type: int = 0
+
+
+@dataclass(slots=True, kw_only=True)
+class DeleteAclsFilterResult:
+    error_code: int = 0
+    error_message: str | None = None
+    matching_acls: list[DeleteAclsMatchingAcl] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class DeleteAclsResponse:
+    """DeleteAcls response, api key 31: fields of v1 (encodes as v1-v1)."""
+
+    API_KEY: ClassVar[int] = 31
+    throttle_time_ms: int = 0
+    filter_results: list[DeleteAclsFilterResult] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
 class DescribeConfigsResource:
     resource_type: int = 0
     resource_name: str = ""
@@ -1189,6 +1271,8 @@ MESSAGES: dict[int, tuple[type, type]] = {
     26: (EndTxnRequest, EndTxnResponse),
     28: (TxnOffsetCommitRequest, TxnOffsetCommitResponse),
     29: (DescribeAclsRequest, DescribeAclsResponse),
+    30: (CreateAclsRequest, CreateAclsResponse),
+    31: (DeleteAclsRequest, DeleteAclsResponse),
     32: (DescribeConfigsRequest, DescribeConfigsResponse),
     33: (AlterConfigsRequest, AlterConfigsResponse),
     35: (DescribeLogDirsRequest, DescribeLogDirsResponse),
@@ -1224,6 +1308,8 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     26: (0, 1),
     28: (0, 3),
     29: (1, 1),
+    30: (1, 1),
+    31: (1, 1),
     32: (1, 2),
     33: (0, 2),
     35: (1, 4),

@@ -29,6 +29,8 @@ from streamkit.log.producers import (
     ProducerStateError,
 )
 from streamkit.log.records import BATCH_OVERHEAD, check_batch, parse_header
+from streamkit.log.server import access
+from streamkit.log.server.authorizer import Operation
 from streamkit.log.server.codec import RequestHeader
 from streamkit.log.server.error_codes import ErrorCode, code_for, txn_code
 from streamkit.log.server.frames import ProducePartitionView, ProduceRequestView
@@ -52,10 +54,16 @@ async def produce(
     acks_ok = request.acks in (0, 1, -1)
     responses = []
     appended: dict[tuple[str, int], Partition] = {}
+    denied_txn = _denied_transactional_id(state, header, request)
+    writable = access.allowed_names(state, header, Operation.WRITE, access.TOPIC, (t.name for t in request.topic_data))
     for topic in request.topic_data:
         partitions = []
         for data in topic.partition_data:
-            if acks_ok:
+            if denied_txn:
+                result = _error(data.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            elif topic.name not in writable:
+                result = _error(data.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            elif acks_ok:
                 result = await _produce_partition(state, header, request, topic.name, data, appended)
             else:
                 result = _error(data.index, ErrorCode.INVALID_REQUIRED_ACKS, f"acks={request.acks}")
@@ -76,6 +84,22 @@ async def produce(
                     for p in topic_response.partition_responses
                 ]
     return ProduceResponse(responses=responses)
+
+
+def _denied_transactional_id(state: BrokerState, header: RequestHeader, request: ProduceRequestView) -> bool:
+    """Kafka's first check: a request with transactional batches needs WRITE on its
+    transactional id, else every partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
+    if state.acls is None:
+        return False
+    transactional = any(
+        d.records is not None and len(d.records) >= BATCH_OVERHEAD and parse_header(d.records).is_transactional
+        for t in request.topic_data
+        for d in t.partition_data
+    )
+    if not transactional:
+        return False
+    txn_id = request.transactional_id
+    return txn_id is None or not access.allowed(state, header, Operation.WRITE, access.TRANSACTIONAL_ID, txn_id)
 
 
 def _error(index: int, code: ErrorCode, message: str | None = None) -> ProducePartitionProduceResponse:
@@ -161,6 +185,10 @@ async def init_producer_id(
     state: BrokerState, header: RequestHeader, request: InitProducerIdRequest
 ) -> InitProducerIdResponse:
     if request.transactional_id is not None:
+        if not access.allowed(state, header, Operation.WRITE, access.TRANSACTIONAL_ID, request.transactional_id):
+            return InitProducerIdResponse(
+                error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, producer_id=-1, producer_epoch=-1
+            )
         txn = state.transactions
         if txn is None:
             return InitProducerIdResponse(
@@ -172,5 +200,10 @@ async def init_producer_id(
             request.transactional_id, request.transaction_timeout_ms
         )
         return InitProducerIdResponse(error_code=txn_code(error), producer_id=producer_id, producer_epoch=epoch)
+    if not (
+        access.allowed_on_cluster(state, header, Operation.IDEMPOTENT_WRITE)
+        or access.allowed_on_some(state, header, Operation.WRITE, access.TOPIC)
+    ):
+        return InitProducerIdResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, producer_id=-1, producer_epoch=-1)
     producer_id = await state.run_blocking(state.producer_ids.allocate)
     return InitProducerIdResponse(producer_id=producer_id, producer_epoch=0)

@@ -17,6 +17,7 @@ from streamkit._core.waiting import drain
 from streamkit.log.groups.coordinator import GroupCoordinator
 from streamkit.log.manager import LogManager
 from streamkit.log.producers import ProducerIdAllocator, ProducerStates
+from streamkit.log.server.acl_store import AclStore
 from streamkit.log.server.config import BrokerConfig
 from streamkit.log.server.group_sync import GroupSync
 from streamkit.log.server.notifier import AppendNotifier
@@ -38,7 +39,9 @@ class BrokerState:
     port: int = 0  # the port actually bound (``config.port`` may be 0)
     transactions: TransactionCoordinator | None = None
     group_sync: GroupSync | None = None  # with ``config.durable``
-    # Held while a topic's configs are read and replaced (AlterConfigs, IncrementalAlterConfigs).
+    acls: AclStore | None = None  # with ``config.authorizer``; None allows everything
+    # Held while a topic's configs are read and replaced (AlterConfigs, IncrementalAlterConfigs),
+    # and while the ACLs change (CreateAcls, DeleteAcls).
     config_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _pending: set[asyncio.Future[Any]] = field(default_factory=set)
 
