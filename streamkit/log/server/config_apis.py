@@ -29,6 +29,8 @@ from typing import TypeVar
 from streamkit.log.config import TopicConfig
 from streamkit.log.errors import InvalidTopicError, UnknownTopicError
 from streamkit.log.manager import INTERNAL_TOPICS
+from streamkit.log.server import access
+from streamkit.log.server.authorizer import Operation
 from streamkit.log.server.codec import RequestHeader
 from streamkit.log.server.error_codes import ErrorCode
 from streamkit.log.server.messages import (
@@ -64,7 +66,28 @@ H = TypeVar("H", bound=Hashable)
 async def describe_configs(
     state: BrokerState, header: RequestHeader, request: DescribeConfigsRequest
 ) -> DescribeConfigsResponse:
-    return DescribeConfigsResponse(results=[_describe(state, r) for r in request.resources])
+    results = []
+    for r in request.resources:
+        denied = _denied(state, header, Operation.DESCRIBE_CONFIGS, r.resource_type, r.resource_name)
+        if denied is None:
+            results.append(_describe(state, r))
+        else:
+            results.append(DescribeConfigsResult(
+                resource_type=r.resource_type, resource_name=r.resource_name, error_code=denied
+            ))
+    return DescribeConfigsResponse(results=results)
+
+
+def _denied(
+    state: BrokerState, header: RequestHeader, operation: Operation, resource_type: int, name: str
+) -> ErrorCode | None:
+    """Kafka's check of a config resource: ``operation`` on the topic, or on the cluster for a
+    broker; the refusal's code, or None when allowed (other types are refused later)."""
+    if resource_type == TOPIC_RESOURCE and not access.allowed(state, header, operation, access.TOPIC, name):
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    if resource_type == BROKER_RESOURCE and not access.allowed_on_cluster(state, header, operation):
+        return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    return None
 
 
 def _describe(state: BrokerState, resource: DescribeConfigsResource) -> DescribeConfigsResult:
@@ -130,6 +153,10 @@ async def alter_configs(
         outcome: Outcome
         if (resource.resource_type, resource.resource_name) in twice:
             outcome = ErrorCode.INVALID_REQUEST, "Each resource must appear at most once."
+        elif (denied := _denied(
+            state, header, Operation.ALTER_CONFIGS, resource.resource_type, resource.resource_name
+        )) is not None:
+            outcome = denied, None
         elif (refusal := _refuse_resource(resource.resource_type, resource.resource_name)) is not None:
             outcome = refusal
         elif _named_twice([c.name for c in resource.configs]):
@@ -155,6 +182,10 @@ async def incremental_alter_configs(
         nulls = [c.name for c in resource.configs if c.value is None and c.config_operation != DELETE]
         if (resource.resource_type, resource.resource_name) in twice:
             outcome = ErrorCode.INVALID_REQUEST, "Each resource must appear at most once."
+        elif (denied := _denied(
+            state, header, Operation.ALTER_CONFIGS, resource.resource_type, resource.resource_name
+        )) is not None:
+            outcome = denied, None
         elif (refusal := _refuse_resource(resource.resource_type, resource.resource_name)) is not None:
             outcome = refusal
         elif _named_twice([c.name for c in resource.configs]):

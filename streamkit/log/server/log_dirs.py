@@ -18,6 +18,8 @@ from pathlib import Path
 from streamkit._core.types import TopicPartition
 from streamkit.log.errors import LogError
 from streamkit.log.manager import INTERNAL_TOPICS, LogManager
+from streamkit.log.server import access
+from streamkit.log.server.authorizer import Operation
 from streamkit.log.server.codec import RequestHeader
 from streamkit.log.server.error_codes import ErrorCode, code_for
 from streamkit.log.server.messages import (
@@ -33,6 +35,8 @@ from streamkit.log.server.state import BrokerState
 async def describe_log_dirs(
     state: BrokerState, header: RequestHeader, request: DescribeLogDirsRequest
 ) -> DescribeLogDirsResponse:
+    if not access.allowed_on_cluster(state, header, Operation.DESCRIBE):
+        return DescribeLogDirsResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     wanted = None if request.topics is None else {
         TopicPartition(t.topic, p) for t in request.topics for p in t.partitions
     }

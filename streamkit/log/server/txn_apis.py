@@ -20,6 +20,8 @@ offset held) before the transaction coordinator checks the producer.
 from __future__ import annotations
 
 from streamkit._core.types import TopicPartition
+from streamkit.log.server import access
+from streamkit.log.server.authorizer import Operation
 from streamkit.log.server.codec import RequestHeader
 from streamkit.log.server.error_codes import ErrorCode, txn_code
 from streamkit.log.server.messages import (
@@ -47,6 +49,10 @@ from streamkit.log.server.state import BrokerState
 from streamkit.log.txn.coordinator import TransactionCoordinator, start_time_ms
 
 
+def _may_write(state: BrokerState, header: RequestHeader, transactional_id: str) -> bool:
+    return access.allowed(state, header, Operation.WRITE, access.TRANSACTIONAL_ID, transactional_id)
+
+
 def _coordinator(state: BrokerState) -> TransactionCoordinator:
     # Handlers are registered only when transactions are enabled.
     assert state.transactions is not None
@@ -57,16 +63,29 @@ async def add_partitions_to_txn(
     state: BrokerState, header: RequestHeader, request: AddPartitionsToTxnRequest
 ) -> AddPartitionsToTxnResponse:
     wanted = [TopicPartition(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
-    errors = await _coordinator(state).add_partitions(
-        request.v3_and_below_transactional_id,
-        request.v3_and_below_producer_id,
-        request.v3_and_below_producer_epoch,
-        wanted,
-    )
+    # Kafka: WRITE on the transactional id, else every partition fails; WRITE on each topic,
+    # else its partitions fail and the others are not attempted.
+    codes: dict[TopicPartition, int]
+    writable = access.allowed_names(state, header, Operation.WRITE, access.TOPIC, (tp.topic for tp in wanted))
+    if not _may_write(state, header, request.v3_and_below_transactional_id):
+        codes = dict.fromkeys(wanted, int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+    elif any(tp.topic not in writable for tp in wanted):
+        codes = {
+            tp: ErrorCode.OPERATION_NOT_ATTEMPTED if tp.topic in writable else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            for tp in wanted
+        }
+    else:
+        errors = await _coordinator(state).add_partitions(
+            request.v3_and_below_transactional_id,
+            request.v3_and_below_producer_id,
+            request.v3_and_below_producer_epoch,
+            wanted,
+        )
+        codes = {tp: txn_code(errors[tp]) for tp in wanted}
     by_topic: dict[str, list[AddPartitionsToTxnPartitionResult]] = {}
     for tp in wanted:
         by_topic.setdefault(tp.topic, []).append(
-            AddPartitionsToTxnPartitionResult(partition_index=tp.partition, partition_error_code=txn_code(errors[tp]))
+            AddPartitionsToTxnPartitionResult(partition_index=tp.partition, partition_error_code=codes[tp])
         )
     return AddPartitionsToTxnResponse(
         results_by_topic_v3_and_below=[
@@ -79,6 +98,10 @@ async def add_partitions_to_txn(
 async def add_offsets_to_txn(
     state: BrokerState, header: RequestHeader, request: AddOffsetsToTxnRequest
 ) -> AddOffsetsToTxnResponse:
+    if not _may_write(state, header, request.transactional_id):
+        return AddOffsetsToTxnResponse(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if not access.allowed(state, header, Operation.READ, access.GROUP, request.group_id):
+        return AddOffsetsToTxnResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     error = await _coordinator(state).add_offsets(
         request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
     )
@@ -86,6 +109,8 @@ async def add_offsets_to_txn(
 
 
 async def end_txn(state: BrokerState, header: RequestHeader, request: EndTxnRequest) -> EndTxnResponse:
+    if not _may_write(state, header, request.transactional_id):
+        return EndTxnResponse(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     error = await _coordinator(state).end_txn(
         request.transactional_id, request.producer_id, request.producer_epoch, request.committed
     )
@@ -95,22 +120,30 @@ async def end_txn(state: BrokerState, header: RequestHeader, request: EndTxnRequ
 async def txn_offset_commit(
     state: BrokerState, header: RequestHeader, request: TxnOffsetCommitRequest
 ) -> TxnOffsetCommitResponse:
+    every = [TopicPartition(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    readable = access.allowed_names(state, header, Operation.READ, access.TOPIC, (t.name for t in request.topics))
     offsets = {
         TopicPartition(t.name, p.partition_index): (p.committed_offset, p.committed_metadata or "")
         for t in request.topics
+        if t.name in readable
         for p in t.partitions
     }
-    fenced = await state.coordinator.validate_txn_offset_commit(
-        request.group_id, request.generation_id, request.member_id, request.group_instance_id
-    )
-    codes: dict[TopicPartition, int]
-    if fenced != 0:
-        codes = dict.fromkeys(offsets, int(fenced))
-    else:
-        errors = _coordinator(state).txn_offset_commit(
-            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id, offsets
+    codes: dict[TopicPartition, int] = dict.fromkeys(every, int(ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+    if not _may_write(state, header, request.transactional_id):
+        codes = dict.fromkeys(every, int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+    elif not access.allowed(state, header, Operation.READ, access.GROUP, request.group_id):
+        codes = dict.fromkeys(every, int(ErrorCode.GROUP_AUTHORIZATION_FAILED))
+    elif offsets:
+        fenced = await state.coordinator.validate_txn_offset_commit(
+            request.group_id, request.generation_id, request.member_id, request.group_instance_id
         )
-        codes = {tp: txn_code(error) for tp, error in errors.items()}
+        if fenced != 0:
+            codes.update(dict.fromkeys(offsets, int(fenced)))
+        else:
+            errors = _coordinator(state).txn_offset_commit(
+                request.transactional_id, request.producer_id, request.producer_epoch, request.group_id, offsets
+            )
+            codes.update({tp: txn_code(error) for tp, error in errors.items()})
     return TxnOffsetCommitResponse(
         topics=[
             TxnOffsetCommitResponseTopic(
@@ -141,6 +174,8 @@ async def list_transactions(
                 transactional_id=e.transactional_id, producer_id=e.producer_id, transaction_state=e.state.value
             )
             for e in entries
+            # Kafka lists only the ids the principal may describe.
+            if access.allowed(state, header, Operation.DESCRIBE, access.TRANSACTIONAL_ID, e.transactional_id)
         ],
     )
 
@@ -150,7 +185,14 @@ async def describe_transactions(
 ) -> DescribeTransactionsResponse:
     coordinator = _coordinator(state)
     return DescribeTransactionsResponse(
-        transaction_states=[_describe(coordinator, tid) for tid in request.transactional_ids]
+        transaction_states=[
+            _describe(coordinator, tid)
+            if access.allowed(state, header, Operation.DESCRIBE, access.TRANSACTIONAL_ID, tid)
+            else DescribeTransactionsTransactionState(
+                transactional_id=tid, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            )
+            for tid in request.transactional_ids
+        ]
     )
 
 
