@@ -42,7 +42,11 @@ from aiokafka.protocol.group import JoinGroupRequest_v2
 from aiokafka.protocol.metadata import MetadataRequest_v5
 from aiokafka.protocol.offset import OffsetRequest_v1
 from aiokafka.protocol.produce import ProduceRequest_v7
-from aiokafka.protocol.transaction import AddOffsetsToTxnRequest_v0, EndTxnRequest_v0, InitProducerIdRequest_v0
+from aiokafka.protocol.transaction import (
+    AddOffsetsToTxnRequest_v0,
+    EndTxnRequest_v0,
+    InitProducerIdRequest_v0,
+)
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
