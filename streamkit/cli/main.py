@@ -56,6 +56,12 @@ class LazyCommand:
     summary: str
 
 
+def _acls() -> click.Command:
+    from streamkit.cli.acls import acls
+
+    return acls
+
+
 def _agents() -> click.Command:
     from streamkit.cli.apps import agents
 
@@ -119,6 +125,7 @@ def _worker() -> click.Command:
 # Every streamkit subcommand. ``summary`` is the first sentence of the command's docstring, which
 # click shortens to fit the ``--help`` listing.
 COMMANDS: dict[str, LazyCommand] = {
+    "acls": LazyCommand(_acls, "Add, list and remove a broker's ACLs in its data directory (the broker stopped)."),
     "agents": LazyCommand(_agents, "List an app's agents with their input topics, repartition topics and sinks."),
     "backfill": LazyCommand(
         _backfill,

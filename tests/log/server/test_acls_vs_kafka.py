@@ -59,6 +59,7 @@ from confluent_kafka.admin import (
 
 from streamkit.log.records import NewRecord, build_batch
 from tests.support.broker import BrokerProcess, WireClient, assert_stops_cleanly
+from tests.support.interop import java
 from tests.support.kafka import KafkaCluster
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.jvm]
@@ -478,3 +479,26 @@ def test_same_answer_as_kafka(
             assert action(w, n) == expected, f"{case} on {target.name}"
         finally:
             remove_acls(target.admin, bindings)
+
+
+def test_kafka_acls_tool_adds_lists_and_removes_alike(target: Target, unique: str) -> None:
+    """Kafka's own ``kafka-acls`` (``org.apache.kafka.tools.AclCommand``) prints the same
+    listing from both brokers, and its removal leaves nothing behind."""
+    topic = f"acl-tool-{unique}"
+    common = ["--bootstrap-server", f"{target.host}:{target.port}"]
+    java("kafka", "org.apache.kafka.tools.AclCommand", *common, "--add", "--allow-principal", "User:alice",
+         "--operation", "Read", "--operation", "Describe", "--topic", topic, "--resource-pattern-type", "prefixed")
+    listed = java("kafka", "org.apache.kafka.tools.AclCommand", *common, "--list", "--topic", topic + "-x",
+                  "--resource-pattern-type", "match")
+    lines = sorted(line.strip() for line in listed.splitlines() if line.strip())
+    assert lines == sorted([
+        f"Current ACLs for resource `ResourcePattern(resourceType=TOPIC, name={topic}, patternType=PREFIXED)`:",
+        "(principal=User:alice, host=*, operation=READ, permissionType=ALLOW)",
+        "(principal=User:alice, host=*, operation=DESCRIBE, permissionType=ALLOW)",
+    ]), listed
+    java("kafka", "org.apache.kafka.tools.AclCommand", *common, "--remove", "--force", "--topic", topic,
+         "--resource-pattern-type", "prefixed")
+    deadline = time.monotonic() + 15
+    while any(key[1] == topic for key in _all_acls(target.admin)):
+        assert time.monotonic() < deadline, "kafka-acls --remove left ACLs behind"
+        time.sleep(0.05)
