@@ -104,7 +104,7 @@ def test_the_listing_is_the_one_the_commands_themselves_give(width: int) -> None
 def test_every_command_is_listed_and_runs_its_help() -> None:
     runner = CliRunner()
     listing = runner.invoke(cli, ["--help"], catch_exceptions=False).output
-    assert sorted(COMMANDS) == ["agents", "backfill", "broker", "consume", "log", "produce", "send",
+    assert sorted(COMMANDS) == ["acls", "agents", "backfill", "broker", "consume", "log", "produce", "send",
                                 "tables", "topics", "worker"]
     for name in COMMANDS:
         assert f"\n  {name} " in listing, listing

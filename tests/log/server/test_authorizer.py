@@ -204,7 +204,7 @@ def test_broker_refuses_to_start_on_a_damaged_acl_file_and_keeps_acls_across_res
     assert broker.stop() == 0
     path = acl_path(broker.data_dir)
     path.write_text(path.read_text().replace("kept", "kepT"))
-    with pytest.raises(RuntimeError, match="ACL file .* is damaged"):
+    with pytest.raises(RuntimeError, match=r"ACL file .* is damaged"):
         broker.start()
     stderr = broker.stderr()
     assert "Traceback" not in stderr.split("----- start 1 -----")[-1]
