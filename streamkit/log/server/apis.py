@@ -10,7 +10,8 @@ the old librdkafka under Debian's kcat.
 Kafka's tools (issue 26): DeleteRecords v0-2 (``kafka-delete-records``; all Kafka 4.4 has),
 DescribeLogDirs v1-4 (``kafka-log-dirs``; Kafka 4.0 removed v0,
 KIP-896), DescribeTransactions v0 and ListTransactions v0-1 (``kafka-transactions``), flexible
-as in Kafka; DescribeAcls v1 only (Kafka 4.4 has v1-3 and its clients take v1):
+as in Kafka; DescribeAcls, CreateAcls and DeleteAcls v1 only (``kafka-acls``; Kafka 4.4 has
+v1-3 and its clients take v1):
 kafka-python reads DescribeAcls v2 as "Kafka 2.5" and v3 as "3.3", and would then take this
 table for a newer Kafka's than the 2.4 it is. DescribeQuorum is not listed: this node is no
 KRaft quorum, and a Kafka broker in none (ZooKeeper mode) did not list it either, so
