@@ -31,6 +31,7 @@ from aiokafka.protocol.admin import (
     DeleteTopicsRequest_v1,
     DescribeConfigsRequest_v1,
     DescribeGroupsRequest_v0,
+    ListGroupsRequest_v0,
 )
 from aiokafka.protocol.commit import (
     OffsetCommitRequest_v2,
@@ -38,14 +39,21 @@ from aiokafka.protocol.commit import (
 )
 from aiokafka.protocol.coordination import FindCoordinatorRequest_v1
 from aiokafka.protocol.fetch import FetchRequest_v11
-from aiokafka.protocol.group import JoinGroupRequest_v2
+from aiokafka.protocol.group import (
+    HeartbeatRequest_v0,
+    JoinGroupRequest_v2,
+    LeaveGroupRequest_v0,
+    SyncGroupRequest_v0,
+)
 from aiokafka.protocol.metadata import MetadataRequest_v5
 from aiokafka.protocol.offset import OffsetRequest_v1
 from aiokafka.protocol.produce import ProduceRequest_v7
 from aiokafka.protocol.transaction import (
     AddOffsetsToTxnRequest_v0,
+    AddPartitionsToTxnRequest_v0,
     EndTxnRequest_v0,
     InitProducerIdRequest_v0,
+    TxnOffsetCommitRequest_v0,
 )
 from confluent_kafka.admin import (
     AclBinding,
@@ -323,6 +331,37 @@ def join_group(w: WireClient, n: Names) -> int:
     return int(response.error_code)
 
 
+def heartbeat(w: WireClient, n: Names) -> int:
+    return int(w.call(HeartbeatRequest_v0(group=n.group, generation_id=1, member_id="m")).error_code)
+
+
+def sync_group(w: WireClient, n: Names) -> int:
+    request = SyncGroupRequest_v0(group=n.group, generation_id=1, member_id="m", group_assignment=[])
+    return int(w.call(request).error_code)
+
+
+def leave_group(w: WireClient, n: Names) -> int:
+    return int(w.call(LeaveGroupRequest_v0(group=n.group, member_id="m")).error_code)
+
+
+def list_groups_shows(w: WireClient, n: Names) -> int:
+    """1 when ListGroups lists the group (made by a commit first), else 0."""
+    assert offset_commit(w, n) == 0
+    return int(any(g[0] == n.group for g in w.call(ListGroupsRequest_v0()).groups))
+
+
+def add_partitions_to_txn(w: WireClient, n: Names) -> int:
+    request = AddPartitionsToTxnRequest_v0(transactional_id=n.txn, producer_id=5, producer_epoch=0,
+                                           topics=[(n.topic, [0])])
+    return int(w.call(request).errors[0][1][0][1])
+
+
+def txn_offset_commit(w: WireClient, n: Names) -> int:
+    request = TxnOffsetCommitRequest_v0(transactional_id=n.txn, group_id=n.group, producer_id=5, producer_epoch=0,
+                                        topics=[(n.topic, [(0, 0, "")])])
+    return int(w.call(request).errors[0][1][0][1])
+
+
 def describe_group(w: WireClient, n: Names) -> int:
     return int(w.call(DescribeGroupsRequest_v0(groups=[n.group])).groups[0][0])
 
@@ -440,6 +479,13 @@ SCENARIOS: list[tuple[str, Callable[[WireClient, Names], int], list[Acl], int]] 
     ("offset-fetch-deny-topic-describe", offset_fetch, [acl(T, "topic", Op.DESCRIBE, DENY)], TOPIC_AUTH),
     ("join-deny-group-read", join_group, [acl(G, "group", Op.READ, DENY)], GROUP_AUTH),
     ("join-only-describe", join_group, [acl(G, "group", Op.DESCRIBE)], GROUP_AUTH),
+    ("heartbeat-deny-group-read", heartbeat, [acl(G, "group", Op.READ, DENY)], GROUP_AUTH),
+    ("sync-group-deny-group-read", sync_group, [acl(G, "group", Op.READ, DENY)], GROUP_AUTH),
+    ("leave-group-deny-group-read", leave_group, [acl(G, "group", Op.READ, DENY)], GROUP_AUTH),
+    ("list-groups-cluster-describe-lists-all", list_groups_shows,
+     [acl(G, "group", Op.READ), acl(G, "group", Op.DESCRIBE, DENY)], 1),
+    ("describe-group-deny-describe-beats-read", describe_group,
+     [acl(G, "group", Op.READ), acl(G, "group", Op.DESCRIBE, DENY)], GROUP_AUTH),
     ("describe-group-deny", describe_group, [acl(G, "group", Op.DESCRIBE, DENY)], GROUP_AUTH),
     ("describe-group-read-implies", describe_group, [acl(G, "group", Op.READ)], 0),
     ("delete-group-deny", delete_group, [acl(G, "group", Op.DELETE, DENY)], GROUP_AUTH),
@@ -455,6 +501,12 @@ SCENARIOS: list[tuple[str, Callable[[WireClient, Names], int], list[Acl], int]] 
     ("add-offsets-deny-txn", add_offsets_to_txn, [acl(X, "txn", Op.WRITE, DENY)], TXN_AUTH),
     ("add-offsets-deny-group", add_offsets_to_txn, [acl(X, "txn", Op.WRITE), acl(G, "group", Op.READ, DENY)], GROUP_AUTH),
     ("end-txn-deny", end_txn, [acl(X, "txn", Op.WRITE, DENY)], TXN_AUTH),
+    ("add-partitions-deny-txn", add_partitions_to_txn, [acl(X, "txn", Op.WRITE, DENY)], TXN_AUTH),
+    ("add-partitions-deny-topic", add_partitions_to_txn,
+     [acl(X, "txn", Op.WRITE), acl(T, "topic", Op.WRITE, DENY)], TOPIC_AUTH),
+    ("txn-offset-commit-deny-txn", txn_offset_commit, [acl(X, "txn", Op.WRITE, DENY)], TXN_AUTH),
+    ("txn-offset-commit-deny-group", txn_offset_commit,
+     [acl(X, "txn", Op.WRITE), acl(G, "group", Op.READ, DENY)], GROUP_AUTH),
 ]
 
 

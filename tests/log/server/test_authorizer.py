@@ -273,3 +273,27 @@ def test_garbage_acl_requests_close_only_their_connection(broker: BrokerProcess,
         frame = w.recv_frame()
     assert struct.unpack_from(">i", frame, 8)[0] == 1
     assert broker.alive()
+
+
+def _describe_all(w: WireClient) -> tuple[int, bytes]:
+    body = (struct.pack(">b", 1) + _string(None) + struct.pack(">b", 1) + _string(None) + _string(None)
+            + struct.pack(">bb", 1, 1))
+    w.send_raw(_frame(29, 1, body))
+    frame = w.recv_frame()
+    return struct.unpack_from(">h", frame, 8)[0], frame
+
+
+@pytest.mark.parametrize(("args", "create_code", "describe_code"), [
+    ((), 54, 54),  # no authorizer: SECURITY_DISABLED, as Kafka without authorizer.class.name
+    (("--authorizer",), 31, 31),  # no ACLs and allow.everyone off: ALTER/DESCRIBE on the cluster denied
+    (("--authorizer", "--super-user", "User:ANONYMOUS"), 0, 0),
+])
+def test_acl_apis_need_the_authorizer_and_the_cluster(
+    broker_factory: type[BrokerProcess], args: tuple[str, ...], create_code: int, describe_code: int
+) -> None:
+    broker = broker_factory(*args).start()
+    with WireClient(broker.host, broker.port) as w:
+        w.send_raw(_frame(30, 1, struct.pack(">i", 1) + _creation(2, "t", 3, "User:a", "*", 3, 3)))
+        frame = w.recv_frame()
+        assert struct.unpack_from(">h", frame, 12)[0] == create_code
+        assert _describe_all(w)[0] == describe_code
