@@ -554,3 +554,55 @@ def test_kafka_acls_tool_adds_lists_and_removes_alike(target: Target, unique: st
     while any(key[1] == topic for key in _all_acls(target.admin)):
         assert time.monotonic() < deadline, "kafka-acls --remove left ACLs behind"
         time.sleep(0.05)
+
+
+def test_real_clients_with_a_roles_acls(target: Target, unique: str) -> None:
+    """confluent-kafka's idempotent producer and group consumer need exactly WRITE, READ and
+    GROUP READ here; a consumer whose group is denied gets GROUP_AUTHORIZATION_FAILED, on both."""
+    from confluent_kafka import Consumer, KafkaError, Producer
+
+    prefix = f"acl-role-{unique}"
+    topic, group, denied_group = f"{prefix}-in", f"{prefix}-g", f"{prefix}-denied"
+    with target.wire() as w:
+        assert create_topic(w, topic) == 0
+        wait_topic(w, topic)
+    role = [
+        AclBinding(T, prefix, PRE, ANON, "*", Op.WRITE, ALLOW),
+        AclBinding(T, prefix, PRE, ANON, "*", Op.READ, ALLOW),
+        AclBinding(G, group, LIT, ANON, "*", Op.READ, ALLOW),
+        AclBinding(G, denied_group, LIT, ANON, "*", Op.READ, DENY),
+    ]
+    add_acls(target.admin, role)
+    try:
+        bootstrap = f"{target.host}:{target.port}"
+        producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "log_level": 0})
+        producer.produce(topic, b"v")
+        assert producer.flush(15) == 0
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                             "enable.auto.commit": False, "log_level": 0})
+        try:
+            consumer.subscribe([topic])
+            deadline = time.monotonic() + 30
+            msg = None
+            while msg is None or msg.error() is not None:
+                assert time.monotonic() < deadline, f"nothing consumed ({msg.error() if msg else None})"
+                msg = consumer.poll(0.5)
+            assert msg.value() == b"v"
+            consumer.commit(message=msg, asynchronous=False)
+        finally:
+            consumer.close()
+        refused = Consumer({"bootstrap.servers": bootstrap, "group.id": denied_group, "log_level": 0})
+        try:
+            refused.subscribe([topic])
+            deadline = time.monotonic() + 30
+            error = None
+            while error is None:
+                assert time.monotonic() < deadline, "the denied group was never refused"
+                msg = refused.poll(0.5)
+                if msg is not None and msg.error() is not None:
+                    error = msg.error().code()
+            assert error == KafkaError.GROUP_AUTHORIZATION_FAILED
+        finally:
+            refused.close()
+    finally:
+        remove_acls(target.admin, role)
