@@ -17,6 +17,7 @@ DescribeAcls, which reads the same cache the broker authorizes from).
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -362,6 +363,44 @@ def txn_offset_commit(w: WireClient, n: Names) -> int:
     return int(w.call(request).errors[0][1][0][1])
 
 
+def _flexible_call(w: WireClient, api_key: int, body: bytes) -> bytes:
+    """A v0 flexible request (header v2) and the body of its answer (after header v1)."""
+    w.correlation_id += 1
+    header = struct.pack(">hhih", api_key, 0, w.correlation_id, 1) + b"x" + b"\x00"
+    w.send_raw(struct.pack(">i", len(header) + len(body)) + header + body)
+    frame = w.recv_frame()
+    assert struct.unpack_from(">i", frame)[0] == w.correlation_id
+    return frame[5:]  # correlation id, no tagged fields
+
+
+def _compact(text: str) -> bytes:
+    return bytes([len(text) + 1]) + text.encode()  # names here are shorter than 127 bytes
+
+
+def describe_transaction(w: WireClient, n: Names) -> int:
+    """DescribeTransactions v0 of the scenario's id (made first by InitProducerId)."""
+    assert init_transactional(w, n) == 0
+    body = _flexible_call(w, 65, b"\x02" + _compact(n.txn) + b"\x00")
+    return struct.unpack_from(">h", body, 5)[0]  # throttle, states' compact length, first error
+
+
+def list_transactions_shows(w: WireClient, n: Names) -> int:
+    """1 when ListTransactions v0 lists the scenario's id (made first by InitProducerId), else 0."""
+    assert init_transactional(w, n) == 0
+    body = _flexible_call(w, 66, b"\x01\x01\x00")  # no state filter, no producer filter
+    pos = 6  # throttle, error code
+    pos += body[pos]  # unknown state filters: a compact array of nothing here
+    count, pos = body[pos] - 1, pos + 1  # fewer than 127 entries on these test brokers
+    for _ in range(count):
+        size = body[pos] - 1
+        txn = body[pos + 1 : pos + 1 + size].decode()
+        pos += 1 + size + 8
+        pos += body[pos] + 1  # state (compact string), then tagged fields
+        if txn == n.txn:
+            return 1
+    return 0
+
+
 def describe_group(w: WireClient, n: Names) -> int:
     return int(w.call(DescribeGroupsRequest_v0(groups=[n.group])).groups[0][0])
 
@@ -501,6 +540,12 @@ SCENARIOS: list[tuple[str, Callable[[WireClient, Names], int], list[Acl], int]] 
     ("add-offsets-deny-txn", add_offsets_to_txn, [acl(X, "txn", Op.WRITE, DENY)], TXN_AUTH),
     ("add-offsets-deny-group", add_offsets_to_txn, [acl(X, "txn", Op.WRITE), acl(G, "group", Op.READ, DENY)], GROUP_AUTH),
     ("end-txn-deny", end_txn, [acl(X, "txn", Op.WRITE, DENY)], TXN_AUTH),
+    ("describe-txn-deny-describe", describe_transaction,
+     [acl(X, "txn", Op.WRITE), acl(X, "txn", Op.DESCRIBE, DENY)], TXN_AUTH),
+    ("describe-txn-write-implies", describe_transaction, [acl(X, "txn", Op.WRITE)], 0),
+    ("list-txns-lists-described", list_transactions_shows, [acl(X, "txn", Op.WRITE)], 1),
+    ("list-txns-hides-undescribed", list_transactions_shows,
+     [acl(X, "txn", Op.WRITE), acl(X, "txn", Op.DESCRIBE, DENY)], 0),
     ("add-partitions-deny-txn", add_partitions_to_txn, [acl(X, "txn", Op.WRITE, DENY)], TXN_AUTH),
     ("add-partitions-deny-topic", add_partitions_to_txn,
      [acl(X, "txn", Op.WRITE), acl(T, "topic", Op.WRITE, DENY)], TOPIC_AUTH),
