@@ -15,6 +15,8 @@ import struct
 from pathlib import Path
 
 import pytest
+from aiokafka.protocol.admin import CreateTopicsRequest_v2, DescribeConfigsRequest_v1
+from aiokafka.protocol.metadata import MetadataRequest_v5
 from confluent_kafka import admin as ck
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -284,3 +286,28 @@ def test_acl_apis_need_the_authorizer_and_the_cluster(
         frame = w.recv_frame()
         assert struct.unpack_from(">h", frame, 12)[0] == create_code
         assert _describe_all(w)[0] == describe_code
+
+
+def test_with_no_acls_and_allow_everyone_off_everything_is_denied_but_to_super_users(
+    broker_factory: type[BrokerProcess],
+) -> None:
+    """Kafka's default (``allow.everyone.if.no.acl.found=false``): an authorizer with no ACLs
+    denies every client but the super users, API by API."""
+    seeded = broker_factory().start()  # a topic made before the authorizer is on
+    with WireClient(seeded.host, seeded.port) as w:
+        w.call(MetadataRequest_v5(topics=["seen"], allow_auto_topic_creation=True))
+    assert seeded.stop() == 0
+    for args, denied in ((("--authorizer",), True), (("--authorizer", "--super-user", "User:ANONYMOUS"), False)):
+        broker = broker_factory(*args, data_dir=seeded.data_dir).start()
+        with WireClient(broker.host, broker.port) as w:
+            listed = [t[1] for t in w.call(MetadataRequest_v5(topics=None, allow_auto_topic_creation=False)).topics]
+            assert listed == ([] if denied else ["seen"])
+            created = w.call(CreateTopicsRequest_v2(create_topic_requests=[("new", 1, 1, [], [])], timeout=5_000,
+                                                    validate_only=True)).topic_errors[0][1]
+            assert created == (29 if denied else 0)
+            broker_configs = w.call(DescribeConfigsRequest_v1(resources=[(4, "0", None)], include_synonyms=False))
+            assert broker_configs.resources[0][0] == (31 if denied else 0)
+            w.send_raw(_frame(35, 1, struct.pack(">i", -1)))  # DescribeLogDirs v1, every topic
+            log_dirs = w.recv_frame()
+            assert struct.unpack_from(">i", log_dirs, 8)[0] == (0 if denied else 1)  # results: none when denied
+        assert broker.stop() == 0
