@@ -6,8 +6,10 @@ processes on free loopback ports, with a static controller quorum, small heaps a
 a test wants (no initial rebalance delay, no topic auto-creation, internal topics replicated to
 every node, ``min.insync.replicas`` 2 on a cluster of three). ``start()`` formats the nodes'
 log directories (``kafka.tools.StorageTool``), starts them and waits until every broker is in
-the metadata; ``kill(i)``/``restart(i)``/``stop(i)`` fault one node; ``close()`` ends every
-process by its pid. Each node's log (``server.log``) stays in its directory and ``logs()``
+the metadata; ``kill(i)``/``restart(i)``/``stop(i)`` fault one node, ``restart_all()`` brings
+back a cluster whose nodes were all stopped (one node alone has no controller quorum);
+``leader(topic, p)`` names a partition's leader and ``wait_in_sync()`` waits until every replica
+caught up; ``close()`` ends every process by its pid. Each node's log (``server.log``) stays in its directory and ``logs()``
 returns the ends of them, for a failing test's report.
 """
 
@@ -179,6 +181,45 @@ class KafkaCluster:
         self.stop(i)
         self._spawn(i)
         self.wait_ready()
+
+    def restart_all(self) -> None:
+        """Every node stopped (if it is not) and started again: a node waits for the
+        controller quorum, so they start together and are ready once all are brokers."""
+        for i in range(self.size):
+            self.stop(i)
+        for i in range(self.size):
+            self._spawn(i)
+        self.wait_ready()
+
+    def leader(self, topic: str, partition: int) -> int:
+        """The node id (index + 1) leading ``topic``'s ``partition``, -1 while none does."""
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        return int(admin.list_topics(topic, timeout=10).topics[topic].partitions[partition].leader)
+
+    def wait_in_sync(self, timeout: float = START_TIMEOUT_S) -> None:
+        """Until every partition of every topic has all its replicas in sync: a node just
+        restarted is a broker before it caught up, and a second fault before that leaves
+        partitions under ``min.insync.replicas``."""
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        deadline = time.monotonic() + timeout
+        behind: list[str] = []
+        while time.monotonic() < deadline:
+            try:
+                topics = admin.list_topics(timeout=5).topics
+            except Exception as e:  # a node that is starting refuses or times out
+                behind = [str(e)]
+            else:
+                behind = [f"{t} [{p.id}] isr {p.isrs} of {p.replicas}"
+                          for t, meta in topics.items() for p in meta.partitions.values()
+                          if sorted(p.isrs) != sorted(p.replicas)]
+                if not behind:
+                    return
+            time.sleep(0.3)
+        raise RuntimeError(f"replicas not in sync in {timeout} s: {behind[:5]}\n{self.logs()}")
 
     def close(self) -> None:
         for i in range(self.size):
