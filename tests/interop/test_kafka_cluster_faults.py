@@ -165,6 +165,8 @@ async def test_input_and_changelog_leaders_moved_under_a_counting_worker(
 async def test_the_whole_cluster_down_under_an_exactly_once_worker(
     kafka_cluster: KafkaCluster, tmp_path: Path, unique: str,
 ) -> None:
+    """Exactly-once only, for time (a minute a run): an at-least-once worker through a whole
+    cluster's outage is ``tests/runtime/test_worker_kafka_outage.py``'s, on one node."""
     answers: list[tuple[int, dict[str, Any]]] = []
 
     async def outage(app_id: str) -> None:

@@ -137,24 +137,34 @@ class KafkaCluster:
             )
 
     def wait_ready(self, timeout: float = START_TIMEOUT_S) -> None:
-        """Until every running node is a broker in the metadata every node answers."""
+        """Until every running node answers a metadata request itself and lists every running
+        node as a broker. Asking each node (not the cluster) matters after a crash: the
+        controller keeps listing a SIGKILLed broker until its session expires, so the
+        cluster's metadata shows a restarted node before that node serves."""
         from confluent_kafka.admin import AdminClient
 
         running = [i for i, p in enumerate(self.procs) if p is not None and p.poll() is None]
         deadline = time.monotonic() + timeout
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
         last = ""
+        waiting = list(running)
         while time.monotonic() < deadline:
             for i, p in enumerate(self.procs):
                 if p is not None and p.poll() is not None and i in running:
                     raise RuntimeError(f"Kafka node {i} exited with {p.returncode}:\n{self.logs()}")
-            try:
-                brokers = admin.list_topics(timeout=2).brokers
+            for i in list(waiting):
+                # A client of this node alone: its first metadata can only come from it.
+                admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{self.ports[i]}", "log_level": 0})
+                try:
+                    brokers = admin.list_topics(timeout=2).brokers
+                except Exception as e:  # a node that is starting refuses or times out
+                    last = f"node {i}: {e}"
+                    continue
                 if {b - 1 for b in brokers} >= set(running):
-                    return
-                last = f"brokers {sorted(brokers)}"
-            except Exception as e:  # a node that is starting refuses or times out
-                last = str(e)
+                    waiting.remove(i)
+                else:
+                    last = f"node {i} lists brokers {sorted(brokers)}"
+            if not waiting:
+                return
             time.sleep(0.3)
         raise RuntimeError(f"Kafka did not start in {timeout} s ({last}):\n{self.logs()}")
 
