@@ -81,6 +81,7 @@ async def _count_through(
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait()
+        await asyncio.to_thread(cluster.ensure_running)  # the next test's cluster, whatever failed
     text = log.read_text()
     assert code == 0, text[-6000:]
     quiet(text)

@@ -7,7 +7,8 @@ a test wants (no initial rebalance delay, no topic auto-creation, internal topic
 every node, ``min.insync.replicas`` 2 on a cluster of three). ``start()`` formats the nodes'
 log directories (``kafka.tools.StorageTool``), starts them and waits until every broker is in
 the metadata; ``kill(i)``/``restart(i)``/``stop(i)`` fault one node, ``restart_all()`` brings
-back a cluster whose nodes were all stopped (one node alone has no controller quorum);
+back a cluster whose nodes were all stopped (one node alone has no controller quorum),
+``ensure_running()`` starts whichever nodes are not running (a faulting test's cleanup);
 ``leader(topic, p)`` names a partition's leader and ``wait_in_sync()`` waits until every replica
 caught up; ``close()`` ends every process by its pid. Each node's log (``server.log``) stays in its directory and ``logs()``
 returns the ends of them, for a failing test's report.
@@ -200,6 +201,16 @@ class KafkaCluster:
         for i in range(self.size):
             self._spawn(i)
         self.wait_ready()
+
+    def ensure_running(self) -> None:
+        """Every node that is not running started again (together: a node alone may have no
+        controller quorum), then ready: what a test that faults a shared cluster does at its
+        end, also when it failed between a kill and the restart."""
+        stopped = [i for i, p in enumerate(self.procs) if p is None or p.poll() is not None]
+        for i in stopped:
+            self._spawn(i)
+        if stopped:
+            self.wait_ready()
 
     def leader(self, topic: str, partition: int) -> int:
         """The node id (index + 1) leading ``topic``'s ``partition``, -1 while none does."""
