@@ -13,15 +13,27 @@ metadata request (its partitions' leaders move, the clients follow them).
 every failed connection, metadata update, fetch and heartbeat as an ERROR or WARNING line,
 over a hundred a second while a cluster is down, which the watch's lines stand for. Those
 records are turned into DEBUG records (shown with ``--loglevel debug``, dropped otherwise);
-every other aiokafka line passes as it was.
+every other aiokafka line passes as it was. A line whose exception was caused by an unreachable
+broker is one of them: when a transactional producer's coordinator lookup meets a broker that
+was just killed, aiokafka's sender gives up ("Unexpected error in sender routine", three
+chained tracebacks) and fails the transaction's batches, which the task reports in its own one
+line and recovers from.
+
+``ClientFaults``, on the ``asyncio`` logger, does the same for the exceptions aiokafka's own
+callbacks and tasks raise after such a failure (a batch taken out of its accumulator twice:
+"Exception in callback MessageAccumulator...", "Task exception was never retrieved"), which
+asyncio reports, not aiokafka: an exception raised in aiokafka's code that nobody awaits. An
+exception raised anywhere else is reported as it was.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Awaitable, Callable
 
+import aiokafka
 from aiokafka.errors import (
     CoordinatorNotAvailableError,
     KafkaConnectionError,
@@ -119,20 +131,62 @@ def _about_reaching(record: logging.LogRecord) -> bool:
     if record.msg in _UNREACHABLE_MESSAGES:
         return True
     args = record.args if isinstance(record.args, tuple) else ()
-    return any(isinstance(arg, _UNREACHABLE_ERRORS) for arg in args)
+    if any(isinstance(arg, _UNREACHABLE_ERRORS) for arg in args):
+        return True
+    return record.exc_info is not None and _caused_by_unreachable(record.exc_info[1])
+
+
+def _caused_by_unreachable(exc: BaseException | None) -> bool:
+    """Whether ``exc`` or an exception in its chain (``raise ... from``) is about reaching."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, _UNREACHABLE_ERRORS):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+_AIOKAFKA_DIR = os.path.dirname(aiokafka.__file__) + os.sep
+_ASYNCIO_DIR = os.path.dirname(asyncio.__file__) + os.sep
+
+
+class ClientFaults(logging.Filter):
+    """asyncio's reports of exceptions raised in aiokafka's code become DEBUG lines (module
+    doc)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING or not _raised_in_aiokafka(record):
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+def _raised_in_aiokafka(record: logging.LogRecord) -> bool:
+    """Whether the callback or task asyncio ran, whose exception ``record`` reports, is
+    aiokafka's: the traceback's first frame outside asyncio is in aiokafka's package."""
+    tb = record.exc_info[2] if record.exc_info is not None else None
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_ASYNCIO_DIR):
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_filename.startswith(_AIOKAFKA_DIR)
 
 
 _NOISE = ClientNoise()
+_FAULTS = ClientFaults()
 
 
 def install_client_noise_filter() -> None:
     """Put ``ClientNoise`` on every aiokafka logger (a filter on a logger applies to what is
-    logged there, not to what its children log, so each gets it); idempotent."""
+    logged there, not to what its children log, so each gets it) and ``ClientFaults`` on
+    asyncio's; idempotent."""
     names = [name for name in logging.Logger.manager.loggerDict if name == "aiokafka" or name.startswith("aiokafka.")]
     for name in names:
         client_logger = logging.getLogger(name)
         if _NOISE not in client_logger.filters:
             client_logger.addFilter(_NOISE)
+    loop_logger = logging.getLogger("asyncio")
+    if _FAULTS not in loop_logger.filters:
+        loop_logger.addFilter(_FAULTS)
 
 
 async def watch_cluster(watch: OutageWatch, probe: Probe) -> None:

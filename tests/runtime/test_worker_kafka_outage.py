@@ -17,172 +17,34 @@ shared ``kafka`` fixture must not be stopped.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import re
 import signal
 import subprocess
-import sys
-import threading
 import time
-import urllib.error
-import urllib.request
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
 
 import streamkit as sk
 from streamkit.runtime.worker import Worker
 from tests.support.broker import BrokerProcess
 from tests.support.kafka import KafkaCluster
+from tests.support.outage import (
+    Input,
+    assert_counted,
+    health,
+    quiet,
+    start_worker,
+    until_counted,
+    until_forwarded,
+    until_health,
+    web_url,
+)
 
-ROOT = Path(__file__).resolve().parents[2]
 OUTAGE_S = 35.0  # past the 30 s after which exactly-once tasks were lost
-KEYS = [f"k{i}" for i in range(8)]
-NOISE = ("Traceback", "Unclosed", "CancelledError", "Task was destroyed", "never retrieved")
 OUTAGE_LINE = "does not answer ("
 BURST = 400  # records sent just before Kafka stops: their counts are sent during the outage
 DELAY_S = 0.01  # the app's pause per record: the burst takes it about 2 s
-
-
-def _start_worker(bootstrap: str, app_id: str, guarantee: str, tmp_path: Path, log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "OUTAGE_APP_ID": app_id, "OUTAGE_BROKER": f"kafka://{bootstrap}", "OUTAGE_GUARANTEE": guarantee,
-           "OUTAGE_DELAY_S": str(DELAY_S),
-           "PYTHONPATH": f"{ROOT / 'tests' / 'support' / 'apps'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "streamkit.cli", "worker", "-A", "outage_count_app:app", "--progress-interval", "0",
-         "--web-port", "0", "--state-dir", str(tmp_path / "state")],
-        env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, cwd=tmp_path,
-    )
-
-
-async def _web_url(proc: subprocess.Popen[bytes], log: Path, timeout: float = 60) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = re.search(r"web: (http://\S+)", log.read_text())
-        if found and "assigned " in log.read_text():
-            return found.group(1)
-        assert proc.poll() is None, f"the worker exited:\n{log.read_text()}"
-        assert time.monotonic() < deadline, f"the worker did not start in time:\n{log.read_text()}"
-        await asyncio.sleep(0.2)
-
-
-def _health(url: str) -> tuple[int, dict[str, Any]]:
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=5) as answer:
-            return answer.status, json.loads(answer.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
-
-
-async def _until_health(url: str, status: int, proc: subprocess.Popen[bytes], log: Path, timeout: float) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        code, body = await asyncio.to_thread(_health, url)
-        if code == status:
-            return body
-        assert proc.poll() is None, f"the worker exited:\n{log.read_text()}"
-        assert time.monotonic() < deadline, f"/health stayed {code} {body}:\n{log.read_text()}"
-        await asyncio.sleep(0.5)
-
-
-class _Input:
-    """Records flowing into the app's input from a thread, through Kafka's outage: a
-    librdkafka producer keeps what it cannot deliver and delivers it once the cluster is back.
-    ``delivered`` counts what the cluster acknowledged, per key."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.topic = topic
-        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
-                                  "message.timeout.ms": 300_000, "log_level": 0})
-        self.delivered: Counter[str] = Counter()
-        self.failed: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _done(self, err: Any, msg: Any) -> None:
-        if err is not None:
-            self.failed.append(str(err))
-        else:
-            self.delivered[msg.key().decode()] += 1
-
-    def _run(self) -> None:
-        i = 0
-        while not self._stop.is_set():
-            self.send(i)
-            self.producer.poll(0)
-            i += 1
-            time.sleep(0.05)
-
-    def send(self, i: int) -> None:
-        key = KEYS[i % len(KEYS)]
-        self.producer.produce(self.topic, key=key.encode(), value=b"1", partition=i % 2, on_delivery=self._done)
-
-    def burst(self, n: int) -> None:
-        """``n`` records at once, acknowledged when this returns (from the test's own thread:
-        librdkafka's producer is thread-safe)."""
-        for i in range(n):
-            self.send(i)
-        assert self.producer.flush(30) == 0
-
-    def __enter__(self) -> _Input:
-        self._thread.start()
-        return self
-
-    def finish(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        assert self.producer.flush(120) == 0, "the input was not all delivered"
-        assert not self.failed, self.failed[:3]
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        self.producer.purge()  # what a failed test (or a cluster left down) did not deliver
-        self.producer.flush(0)
-
-
-def _last_counts(bootstrap: str, topic: str) -> dict[str, int]:
-    """The last count of each key in ``topic``, read read_committed."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{time.monotonic_ns()}",
-                         "isolation.level": "read_committed", "enable.auto.commit": False, "log_level": 0})
-    try:
-        tp = TopicPartition(topic, 0)
-        _low, high = consumer.get_watermark_offsets(tp, timeout=10)
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        last: dict[str, int] = {}
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            msgs = consumer.consume(1000, 0.5)
-            for m in msgs:
-                assert m.error() is None, m.error()
-                last[m.key().decode()] = int(m.value())
-            position = consumer.position([tp])[0].offset
-            if not msgs and position >= 0 and position >= high - 1:
-                break  # read up to the last stable offset (a marker may be the last offset)
-        return last
-    finally:
-        consumer.close()
-
-
-async def _until_counted(bootstrap: str, topic: str, want: Counter[str], timeout: float = 90) -> dict[str, int]:
-    """The last counts once every key's reached what was sent (or the timeout passed)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = await asyncio.to_thread(_last_counts, bootstrap, topic)
-        if all(got.get(k, 0) >= n for k, n in want.items()):
-            return got
-        if time.monotonic() > deadline:
-            return got
-        await asyncio.sleep(1.0)
-
-
-def _quiet(text: str) -> None:
-    for noise in NOISE:
-        assert noise not in text, f"{noise!r} in the worker's output:\n{text[-6000:]}"
 
 
 @pytest.mark.slow
@@ -195,10 +57,10 @@ async def test_a_worker_waits_out_a_whole_cluster_outage_and_counts_everything(t
     app_id = f"outage-{guarantee.replace('_', '-')}"
     try:
         cluster.start()
-        proc = _start_worker(cluster.bootstrap, app_id, guarantee, tmp_path, log)
-        url = await _web_url(proc, log)
-        with _Input(cluster.bootstrap, f"{app_id}-in") as records:
-            await _until_health(url, 200, proc, log, 60)
+        proc = start_worker(cluster.bootstrap, app_id, guarantee, tmp_path, log, DELAY_S)
+        url = await web_url(proc, log)
+        with Input(cluster.bootstrap, f"{app_id}-in") as records:
+            await until_health(url, 200, proc, log, 60)
             await asyncio.sleep(3.0)  # counting, committing
             await asyncio.to_thread(records.burst, BURST)
             await asyncio.sleep(0.3)  # fetched by the worker, and being processed
@@ -210,14 +72,15 @@ async def test_a_worker_waits_out_a_whole_cluster_outage_and_counts_everything(t
             down = time.monotonic()
             answers: list[tuple[int, dict[str, Any]]] = []
             while time.monotonic() - down < OUTAGE_S:
-                answers.append(await asyncio.to_thread(_health, url))
+                answers.append(await asyncio.to_thread(health, url))
                 assert proc.poll() is None, f"the worker stopped during the outage:\n{log.read_text()}"
                 await asyncio.sleep(1.0)
             during = log.read_text().splitlines()[before:]
             cluster.restart(0)
-            await _until_health(url, 200, proc, log, 90)
+            await until_health(url, 200, proc, log, 90)
             records.finish()
-        got = await _until_counted(cluster.bootstrap, f"{app_id}-counts", records.delivered)
+        got = await until_counted(cluster.bootstrap, f"{app_id}-counts", records.delivered)
+        seen = await until_forwarded(cluster.bootstrap, f"{app_id}-seen", records.values)
         proc.send_signal(signal.SIGTERM)
         code = await asyncio.to_thread(proc.wait, 40)
     finally:
@@ -236,12 +99,8 @@ async def test_a_worker_waits_out_a_whole_cluster_outage_and_counts_everything(t
     assert sum(OUTAGE_LINE in line for line in text.splitlines()) == 1, text[-6000:]
     assert len(during) < 20, "\n".join(during)
     assert "answers again" in text
-    _quiet(text)
-    sent = dict(records.delivered)
-    if guarantee == "exactly_once":
-        assert got == sent, (got, sent)
-    else:
-        assert all(got.get(k, 0) >= n for k, n in sent.items()), (got, sent)
+    quiet(text)
+    assert_counted(guarantee, got, seen, records)
 
 
 @pytest.mark.slow
@@ -252,13 +111,13 @@ async def test_a_worker_stops_on_sigterm_while_its_cluster_is_down(tmp_path: Pat
     log = tmp_path / "worker.log"
     try:
         cluster.start()
-        proc = _start_worker(cluster.bootstrap, "outage-stop", "exactly_once", tmp_path, log)
-        url = await _web_url(proc, log)
-        with _Input(cluster.bootstrap, "outage-stop-in"):
-            await _until_health(url, 200, proc, log, 60)
+        proc = start_worker(cluster.bootstrap, "outage-stop", "exactly_once", tmp_path, log, DELAY_S)
+        url = await web_url(proc, log)
+        with Input(cluster.bootstrap, "outage-stop-in"):
+            await until_health(url, 200, proc, log, 60)
             await asyncio.sleep(2.0)
             cluster.kill(0)
-            await _until_health(url, 503, proc, log, 30)
+            await until_health(url, 503, proc, log, 30)
             began = time.monotonic()
             proc.send_signal(signal.SIGTERM)
             code = await asyncio.to_thread(proc.wait, 60)
@@ -271,7 +130,7 @@ async def test_a_worker_stops_on_sigterm_while_its_cluster_is_down(tmp_path: Pat
     text = log.read_text()
     assert code == 0, text[-6000:]
     assert took < 30, f"stopped after {took:.1f} s:\n{text[-6000:]}"
-    _quiet(text)
+    quiet(text)
 
 
 async def _until(check: Any, what: str, timeout: float = 30) -> None:

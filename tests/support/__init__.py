@@ -8,4 +8,7 @@
 - ``broker``: ``BrokerProcess`` (the broker as a subprocess) and ``WireClient`` (a raw Kafka
   wire client on aiokafka's structs), for tests that start brokers themselves.
 - ``processes``: following and stopping ``streamkit worker`` subprocesses, and free ports.
+- ``kafka``: ``KafkaCluster``, Apache Kafka's KRaft nodes on loopback, and their faults.
+- ``outage``: a counting ``streamkit worker`` on Kafka, input flowing into it through faults,
+  and the exactly-once / at-least-once checks of its counts (the outage and fault tests).
 """

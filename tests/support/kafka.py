@@ -8,8 +8,12 @@ every node, ``min.insync.replicas`` 2 on a cluster of three). ``start()`` format
 log directories (``kafka.tools.StorageTool``), starts them and waits until every broker is in
 the metadata; ``secured=True`` adds a SASL_SSL listener beside PLAINTEXT on each node
 (``tests/support/secured.py``: a CA made with openssl, SCRAM and PLAIN users, reached at
-``sasl_ssl_bootstrap``); ``kill(i)``/``restart(i)``/``stop(i)`` fault one node; ``close()`` ends every
-process by its pid. Each node's log (``server.log``) stays in its directory and ``logs()``
+``sasl_ssl_bootstrap``); ``kill(i)``/``restart(i)``/``stop(i)`` fault one node, ``restart_all()``
+brings back a cluster whose nodes were all stopped (one node alone has no controller quorum),
+``ensure_running()`` starts whichever nodes are not running (a faulting test's cleanup);
+``leader(topic, p)`` names a partition's leader and ``wait_in_sync()`` waits until every replica
+caught up; ``close()`` ends every process by its pid. Each node's log (``server.log``) stays in
+its directory and ``logs()``
 returns the ends of them, for a failing test's report.
 """
 
@@ -153,24 +157,34 @@ class KafkaCluster:
             )
 
     def wait_ready(self, timeout: float = START_TIMEOUT_S) -> None:
-        """Until every running node is a broker in the metadata every node answers."""
+        """Until every running node answers a metadata request itself and lists every running
+        node as a broker. Asking each node (not the cluster) matters after a crash: the
+        controller keeps listing a SIGKILLed broker until its session expires, so the
+        cluster's metadata shows a restarted node before that node serves."""
         from confluent_kafka.admin import AdminClient
 
         running = [i for i, p in enumerate(self.procs) if p is not None and p.poll() is None]
         deadline = time.monotonic() + timeout
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
         last = ""
+        waiting = list(running)
         while time.monotonic() < deadline:
             for i, p in enumerate(self.procs):
                 if p is not None and p.poll() is not None and i in running:
                     raise RuntimeError(f"Kafka node {i} exited with {p.returncode}:\n{self.logs()}")
-            try:
-                brokers = admin.list_topics(timeout=2).brokers
+            for i in list(waiting):
+                # A client of this node alone: its first metadata can only come from it.
+                admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{self.ports[i]}", "log_level": 0})
+                try:
+                    brokers = admin.list_topics(timeout=2).brokers
+                except Exception as e:  # a node that is starting refuses or times out
+                    last = f"node {i}: {e}"
+                    continue
                 if {b - 1 for b in brokers} >= set(running):
-                    return
-                last = f"brokers {sorted(brokers)}"
-            except Exception as e:  # a node that is starting refuses or times out
-                last = str(e)
+                    waiting.remove(i)
+                else:
+                    last = f"node {i} lists brokers {sorted(brokers)}"
+            if not waiting:
+                return
             time.sleep(0.3)
         raise RuntimeError(f"Kafka did not start in {timeout} s ({last}):\n{self.logs()}")
 
@@ -197,6 +211,55 @@ class KafkaCluster:
         self.stop(i)
         self._spawn(i)
         self.wait_ready()
+
+    def restart_all(self) -> None:
+        """Every node stopped (if it is not) and started again: a node waits for the
+        controller quorum, so they start together and are ready once all are brokers."""
+        for i in range(self.size):
+            self.stop(i)
+        for i in range(self.size):
+            self._spawn(i)
+        self.wait_ready()
+
+    def ensure_running(self) -> None:
+        """Every node that is not running started again (together: a node alone may have no
+        controller quorum), then ready: what a test that faults a shared cluster does at its
+        end, also when it failed between a kill and the restart."""
+        stopped = [i for i, p in enumerate(self.procs) if p is None or p.poll() is not None]
+        for i in stopped:
+            self._spawn(i)
+        if stopped:
+            self.wait_ready()
+
+    def leader(self, topic: str, partition: int) -> int:
+        """The node id (index + 1) leading ``topic``'s ``partition``, -1 while none does."""
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        return int(admin.list_topics(topic, timeout=10).topics[topic].partitions[partition].leader)
+
+    def wait_in_sync(self, timeout: float = START_TIMEOUT_S) -> None:
+        """Until every partition of every topic has all its replicas in sync: a node just
+        restarted is a broker before it caught up, and a second fault before that leaves
+        partitions under ``min.insync.replicas``."""
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        deadline = time.monotonic() + timeout
+        behind: list[str] = []
+        while time.monotonic() < deadline:
+            try:
+                topics = admin.list_topics(timeout=5).topics
+            except Exception as e:  # a node that is starting refuses or times out
+                behind = [str(e)]
+            else:
+                behind = [f"{t} [{p.id}] isr {p.isrs} of {p.replicas}"
+                          for t, meta in topics.items() for p in meta.partitions.values()
+                          if sorted(p.isrs) != sorted(p.replicas)]
+                if not behind:
+                    return
+            time.sleep(0.3)
+        raise RuntimeError(f"replicas not in sync in {timeout} s: {behind[:5]}\n{self.logs()}")
 
     def close(self) -> None:
         for i in range(self.size):

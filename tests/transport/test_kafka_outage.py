@@ -3,13 +3,15 @@ keeps aiokafka's lines about an unreachable cluster out of the log."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
-from aiokafka.errors import KafkaConnectionError
+from aiokafka.errors import KafkaConnectionError, KafkaError
+from aiokafka.util import parse_kafka_version
 
 from streamkit.transport import kafka as _kafka  # noqa: F401  (installs the filter, as any use does)
-from streamkit.transport.kafka_outage import ClientNoise, OutageWatch
+from streamkit.transport.kafka_outage import ClientFaults, ClientNoise, OutageWatch
 
 WATCH_LOGGER = "streamkit.transport.kafka_outage"
 
@@ -68,7 +70,49 @@ def test_aiokafka_lines_about_reaching_the_cluster_become_debug_lines() -> None:
         client.setLevel(before)
 
 
+def _raised(exc: BaseException, cause: BaseException | None) -> BaseException:
+    try:
+        raise exc from cause
+    except BaseException as raised:
+        return raised
+
+
+def test_an_aiokafka_traceback_caused_by_an_unreachable_broker_becomes_a_debug_line() -> None:
+    """aiokafka's sender gives up when a coordinator lookup meets a killed broker: its line
+    carries the exception chain, not the error in its arguments."""
+    noise = ClientNoise()
+    given_up = _raised(KafkaError("Unexpected error during batch delivery"),
+                       _raised(KafkaError("lookup"), KafkaConnectionError("Connection at 127.0.0.1:1 closed")))
+    record = _record("aiokafka.producer.sender", logging.ERROR, "Unexpected error in sender routine")
+    record.exc_info = (type(given_up), given_up, given_up.__traceback__)
+    assert noise.filter(record) is False and record.levelname == "DEBUG"
+    other = _raised(KafkaError("Unexpected error during batch delivery"), ValueError("a bug"))
+    shown = _record("aiokafka.producer.sender", logging.ERROR, "Unexpected error in sender routine")
+    shown.exc_info = (type(other), other, other.__traceback__)
+    assert noise.filter(shown) is True and shown.levelname == "ERROR"
+
+
+def _a_bug_of_ours() -> None:
+    raise KeyError("ours")
+
+
+def test_asyncio_reports_of_exceptions_in_aiokafka_callbacks_become_debug_lines(caplog: pytest.LogCaptureFixture) -> None:
+    """A callback of aiokafka's that raises (as its accumulator's after a failed send) is
+    reported by asyncio's logger; one of anybody else's still is, as an ERROR."""
+    loop = asyncio.new_event_loop()
+    try:
+        with caplog.at_level(logging.INFO, "asyncio"):
+            loop.call_soon(parse_kafka_version, "not a version")  # raises inside aiokafka
+            loop.call_soon(_a_bug_of_ours)
+            loop.run_until_complete(asyncio.sleep(0.01))
+    finally:
+        loop.close()
+    reported = [(r.levelname, r.exc_info[1] if r.exc_info else None) for r in caplog.records if r.name == "asyncio"]
+    assert len(reported) == 1 and reported[0][0] == "ERROR" and isinstance(reported[0][1], KeyError), reported
+
+
 def test_the_filter_is_on_every_aiokafka_logger() -> None:
     for name in ("aiokafka", "aiokafka.conn", "aiokafka.consumer.fetcher", "aiokafka.consumer.group_coordinator",
                  "aiokafka.producer.sender"):
         assert any(isinstance(f, ClientNoise) for f in logging.getLogger(name).filters), name
+    assert any(isinstance(f, ClientFaults) for f in logging.getLogger("asyncio").filters)
