@@ -10,6 +10,10 @@ INVALID_TOPIC_EXCEPTION (an internal topic), POLICY_VIOLATION (``cleanup.policy`
 ``delete``) or OFFSET_OUT_OF_RANGE (past the high watermark, or below -1). One node has no
 followers to wait for, so the answer is immediate and ``timeout_ms`` is not used; a partition
 named twice is answered once, for the offset named last (Kafka keeps a map).
+
+With an authorizer (``BrokerConfig.authorizer``) each request is first checked as Kafka's
+``KafkaApis`` checks it, answered with Kafka's authorization error at Kafka's granularity
+(``access.py``; the checks are listed in ``docs/security.md``).
 """
 
 from __future__ import annotations

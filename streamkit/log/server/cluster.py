@@ -5,6 +5,10 @@ every group. Metadata answers a null topic list (v1+) with every topic and an em
 none (aiokafka's bootstrap); an unknown topic is created with the default partition count
 when auto-creation is on and the request allows it (v4+ carries the flag; older versions
 always allow it), else reported as UNKNOWN_TOPIC_OR_PARTITION.
+
+With an authorizer (``BrokerConfig.authorizer``) each request is first checked as Kafka's
+``KafkaApis`` checks it, answered with Kafka's authorization error at Kafka's granularity
+(``access.py``; the checks are listed in ``docs/security.md``).
 """
 
 from __future__ import annotations

@@ -17,6 +17,10 @@ in one resource, a null value outside DELETE, an unknown operation or resource t
 INVALID_REQUEST; an unknown name or bad value: INVALID_CONFIG with Kafka's message; an unknown
 topic: UNKNOWN_TOPIC_OR_PARTITION. The broker's own settings cannot be altered (INVALID_REQUEST):
 they are its command-line options. Changes to one topic are made one request at a time.
+
+With an authorizer (``BrokerConfig.authorizer``) each request is first checked as Kafka's
+``KafkaApis`` checks it, answered with Kafka's authorization error at Kafka's granularity
+(``access.py``; the checks are listed in ``docs/security.md``).
 """
 
 from __future__ import annotations

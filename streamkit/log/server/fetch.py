@@ -18,6 +18,10 @@ is the high watermark and the list is empty. Producer state is loaded lazily; on
 transactional id exists, a read_committed fetch loads it (off the loop) for its partitions
 first, so markers written before a restart are seen. Sessions (KIP-227) are not kept: every answer
 has session id 0, which makes clients send full fetches.
+
+With an authorizer (``BrokerConfig.authorizer``) each request is first checked as Kafka's
+``KafkaApis`` checks it, answered with Kafka's authorization error at Kafka's granularity
+(``access.py``; the checks are listed in ``docs/security.md``).
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ application sets it): a partition whose offset an open transaction holds is answ
 UNSTABLE_OFFSET_COMMIT, so the consumer does not start from an offset that transaction may
 still move. v8 and later batch several groups in one request; Kafka 4.4's consumer asks for
 one group and sends v7 when v7 is the highest offered, so they are not served.
+
+With an authorizer (``BrokerConfig.authorizer``) each request is first checked as Kafka's
+``KafkaApis`` checks it, answered with Kafka's authorization error at Kafka's granularity
+(``access.py``; the checks are listed in ``docs/security.md``).
 """
 
 from __future__ import annotations

@@ -8,6 +8,10 @@ and usable bytes come from the filesystem (-1 when it cannot be asked). As Kafka
 ``ReplicaManager.describeLogDirs``: a null topic list means every topic, and a named topic or
 partition this broker does not have is left out, not an error. streamkit's internal topics are
 hidden, as in Metadata.
+
+With an authorizer (``BrokerConfig.authorizer``) each request is first checked as Kafka's
+``KafkaApis`` checks it, answered with Kafka's authorization error at Kafka's granularity
+(``access.py``; the checks are listed in ``docs/security.md``).
 """
 
 from __future__ import annotations

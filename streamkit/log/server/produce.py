@@ -14,6 +14,10 @@ run in a worker thread, so the event loop never waits on a partition an fsync ho
 appends are page-cache writes and run inline. Under ``--durable`` (``BrokerConfig.durable``)
 the response to acks 1 or -1 waits for the group fsync (``group_sync.py``) of the partitions
 it appended to; when that fsync fails they answer KAFKA_STORAGE_ERROR.
+
+With an authorizer (``BrokerConfig.authorizer``) each request is first checked as Kafka's
+``KafkaApis`` checks it, answered with Kafka's authorization error at Kafka's granularity
+(``access.py``; the checks are listed in ``docs/security.md``).
 """
 
 from __future__ import annotations

@@ -15,6 +15,10 @@ TxnOffsetCommit v3 names the consumer's member id, generation and group instance
 group coordinator checks them first, as Kafka's does, so a zombie of an old generation is
 fenced (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID for every partition, no
 offset held) before the transaction coordinator checks the producer.
+
+With an authorizer (``BrokerConfig.authorizer``) each request is first checked as Kafka's
+``KafkaApis`` checks it, answered with Kafka's authorization error at Kafka's granularity
+(``access.py``; the checks are listed in ``docs/security.md``).
 """
 
 from __future__ import annotations
