@@ -104,6 +104,10 @@ class KafkaCluster:
             "share.coordinator.state.topic.min.isr": str(min(2, n)),
             "min.insync.replicas": str(min(2, n)),
             "default.replication.factor": str(n),
+            # Tests stamp records in 2023 (T0): Kafka's time retention would delete whole
+            # partitions of them, the active segment too, at its 5-minute check, in the middle
+            # of whichever test runs then. Retention is tested with per-topic settings.
+            "log.retention.ms": "-1",
         }
         if self.tls is not None:
             extra = f"{secured.LISTENER}://127.0.0.1:{self.sasl_ssl_ports[i]}"
