@@ -67,6 +67,7 @@ def backfill(
         raise click.UsageError(f"--command-config is for an app on kafka://; {app_ref}'s broker is {app.broker}")
     options = client_options(app, command_config)  # a bad setting is one line before Spark starts
     try:
+        from streamkit.spark.access import log_access
         from streamkit.spark.backfill import backfill as run
         from streamkit.spark.backfill import spark_session
         from streamkit.spark.jobs import load_job, run_job
@@ -92,6 +93,8 @@ def backfill(
         raise click.UsageError("--source is for --job; a table's pipeline names its own source")
     for name in tables:
         find_pipeline(app, name)  # refused by name before Spark starts
+    # A refused login or an untrusted certificate is one line before Spark starts, too.
+    log_access(app, app_ref, None, options).check()
     import tempfile
 
     log_path = os.path.join(tempfile.gettempdir(), f"streamkit-backfill-{app.id}-{os.getpid()}.log")

@@ -20,6 +20,8 @@ and such a job is refused by name.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
@@ -28,6 +30,7 @@ from streamkit.app.application import App
 from streamkit.app.credentials import security_of
 from streamkit.spark.logs import SourceLog, open_source_log
 from streamkit.spark.planning import load_app
+from streamkit.transport.kafka_tools import KafkaTools
 from streamkit.transport.options import ClientOptions
 from streamkit.transport.security import PLAINTEXT, ClientSecurity, Secret
 
@@ -92,6 +95,22 @@ class LogAccess:
             self.path, self.bootstrap, tuple(security.properties.items()),
             (self.app_ref, self.root) if objects else None,
         )
+
+    def check(self) -> None:
+        """Connect to the brokers once: a refused login or an untrusted certificate is one
+        ``BrokerAuthenticationError`` naming the broker and the cause, before Spark starts."""
+        bootstrap = self.bootstrap
+        if bootstrap is None:
+            return
+        logger = logging.getLogger("aiokafka")  # its log of the refusal is ours to say, once
+        if not logger.handlers:
+            logger.addHandler(logging.NullHandler())
+
+        async def connect() -> None:
+            async with KafkaTools(bootstrap, security=self.security) as tools:
+                await tools.start()
+
+        asyncio.run(connect())
 
     def open(self, topic: str) -> SourceLog:
         """The driver's reader and writer of ``topic``."""
