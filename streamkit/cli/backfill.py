@@ -6,11 +6,13 @@ import os
 import re
 import sys
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import click
 
-from streamkit.cli.apps import app_option, load_app
+from streamkit.cli.apps import app_option, client_options, load_app
+from streamkit.cli.common import command_config_option
 
 SPARK_EXTRA = ("pyspark", "pyarrow", "numpy")  # pyproject.toml's `spark` extra
 
@@ -45,9 +47,10 @@ def _time_ms(value: str | None, option: str) -> int | None:
 @click.option("--from", "from_", default=None, metavar="TS", help="Only records from this time (ms or ISO).")
 @click.option("--to", default=None, metavar="TS", help="Only records up to this time (ms or ISO).")
 @click.option("--master", default="local[*]", show_default=True, help="The Spark master URL.")
+@command_config_option
 def backfill(
     app_ref: str, tables: tuple[str, ...], job: str | None, to_topic: str | None, source: str | None,
-    from_: str | None, to: str | None, master: str,
+    from_: str | None, to: str | None, master: str, command_config: Path | None = None,
 ) -> None:
     """Recompute declared tables (app.stream(...)...count(NAME), windowed ones included) over
     the log's history on Spark, write them to their changelogs, and move the app's group past
@@ -55,10 +58,16 @@ def backfill(
     records. Stop the app's workers first. --job runs a hand-written Spark job instead;
     --to-topic writes the results to a topic and leaves the tables and the group alone.
     Spark's own log goes to a file in the temporary directory
-    (streamkit-backfill-APP-PID.log), kept when the backfill fails."""
+    (streamkit-backfill-APP-PID.log), kept when the backfill fails.
+    A kafka:// app's log is reached with the app's TLS and SASL (its broker_credentials, the
+    STREAMKIT_* variables, --command-config over both), on the driver and on the executors."""
     from_ms, to_ms = _time_ms(from_, "--from"), _time_ms(to, "--to")
     app = load_app(app_ref)  # a bad -A is one line before Spark starts
+    if command_config is not None and not app.broker.startswith("kafka://"):
+        raise click.UsageError(f"--command-config is for an app on kafka://; {app_ref}'s broker is {app.broker}")
+    options = client_options(app, command_config)  # a bad setting is one line before Spark starts
     try:
+        from streamkit.spark.access import log_access
         from streamkit.spark.backfill import backfill as run
         from streamkit.spark.backfill import spark_session
         from streamkit.spark.jobs import load_job, run_job
@@ -84,6 +93,8 @@ def backfill(
         raise click.UsageError("--source is for --job; a table's pipeline names its own source")
     for name in tables:
         find_pipeline(app, name)  # refused by name before Spark starts
+    # A refused login or an untrusted certificate is one line before Spark starts, too.
+    log_access(app, app_ref, None, options).check()
     import tempfile
 
     log_path = os.path.join(tempfile.gettempdir(), f"streamkit-backfill-{app.id}-{os.getpid()}.log")
@@ -92,9 +103,9 @@ def backfill(
     try:
         if job is not None:
             reports = [run_job(spark, app_ref, job, table=tables[0] if tables else None, source_topic=source,
-                               to_topic=to_topic, from_ms=from_ms, to_ms=to_ms)]
+                               to_topic=to_topic, from_ms=from_ms, to_ms=to_ms, options=options)]
         else:
-            reports = run(spark, app_ref, *tables, from_ms=from_ms, to_ms=to_ms, to_topic=to_topic)
+            reports = run(spark, app_ref, *tables, from_ms=from_ms, to_ms=to_ms, to_topic=to_topic, options=options)
         for report in reports:
             click.echo(_describe(report))
     except Exception as exc:

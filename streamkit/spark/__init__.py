@@ -15,7 +15,8 @@ the user's guide.
 Owns: the modules named above, and the backfill (declared tables recomputed on Spark):
 ``backfill`` (the driver), ``planning`` (what it runs), ``executors`` (what Spark's executors
 run), ``writes`` (what it writes to the log), ``streams`` (a table's stream and what reads
-it), ``jobs`` (hand-written jobs).
+it), ``jobs`` (hand-written jobs), ``access`` (how the driver and the executors reach the
+app's log, its TLS and SASL included).
 May import: ``runtime`` and every layer below it; never ``cli``, ``web`` or ``testing``.
 """
 

@@ -75,6 +75,7 @@ from streamkit.dsl.nodes import (
     Source,
     WindowedAggregate,
 )
+from streamkit.spark.access import LogAccess, log_access
 from streamkit.spark.executors import (
     CHANGELOG,
     EMITTED,
@@ -100,7 +101,6 @@ from streamkit.spark.planning import (
     find_pipeline,
     import_root,
     load_app,
-    log_options,
     plan_of,
 )
 from streamkit.spark.source import FORMAT, register
@@ -116,6 +116,7 @@ from streamkit.spark.writes import (
     write_changelog,
     write_topic,
 )
+from streamkit.transport.options import ClientOptions
 from streamkit.windows.wtable import WindowedTable
 
 DRIVER_MERGE_TASKS = 8  # a count read by at most this many tasks is added up in the driver
@@ -168,7 +169,7 @@ def spark_session(master: str, name: str, log_path: str | None = None) -> Any:
 
 def backfill(
     spark: Any, app_ref: str, *tables: str, from_ms: int | None = None, to_ms: int | None = None,
-    to_topic: str | None = None,
+    to_topic: str | None = None, options: ClientOptions | None = None,
 ) -> list[BackfillReport]:
     """Recompute ``tables`` (declared tables of the app ``app_ref``, ``module:attribute``) over
     their sources' history, write them to their changelogs, then move the app's consumer group
@@ -176,11 +177,13 @@ def backfill(
     must be one of these tables' pipelines: the group's position is shared.
 
     With ``to_topic``, the results go to that topic instead, and neither the changelogs nor
-    the group change."""
+    the group change. ``options`` are the app's Kafka client settings (its TLS and SASL: the
+    driver's and the executors' connections, ``spark.access``), by default the app's own."""
     if not tables:
         raise ConfigError("name at least one table to backfill")
     register(spark)
     app = load_app(app_ref, None)
+    access = log_access(app, app_ref, import_root(app_ref), options)
     pipelines = {name: find_pipeline(app, name) for name in tables}
     streams: dict[str, tuple[Any, list[Pipeline]]] = {}
     if to_topic is None:
@@ -191,20 +194,20 @@ def backfill(
     reports = []
     ends: dict[str, dict[int, int]] = {}
     for name, pipeline in pipelines.items():
-        report = _backfill_one(spark, app, app_ref, name, pipeline, from_ms, to_ms, to_topic, streams.get(name))
+        report = _backfill_one(spark, app, access, name, pipeline, from_ms, to_ms, to_topic, streams.get(name))
         reports.append(report)
         source = pipeline[0]
         assert isinstance(source, Source)
         ends[source.topic.name] = report.ends
     if to_topic is None:
-        commit_group(app, list(pipelines.items()), ends, [stream.name for stream, _ in streams.values()])
+        commit_group(app, access, list(pipelines.items()), ends, [stream.name for stream, _ in streams.values()])
     return reports
 
 
-def source_frame(spark: Any, app: App, topic: str, starts: dict[int, int], ends: dict[int, int]) -> Any:
+def source_frame(spark: Any, access: LogAccess, topic: str, starts: dict[int, int], ends: dict[int, int]) -> Any:
     """The source records in ``[starts, ends)`` as a DataFrame of the Kafka source's columns."""
     reader = spark.read.format(FORMAT).option("topic", topic)
-    for name, value in log_options(app).items():
+    for name, value in access.data_source_options().items():
         reader = reader.option(name, value)
     offsets = ", ".join(f'"{p}": {o}' for p, o in starts.items())
     reader = reader.option("startingOffsets", f'{{"{topic}": {{{offsets}}}}}')
@@ -214,19 +217,19 @@ def source_frame(spark: Any, app: App, topic: str, starts: dict[int, int], ends:
 
 
 def _backfill_one(
-    spark: Any, app: App, app_ref: str, table_name: str, pipeline: Pipeline, from_ms: int | None, to_ms: int | None,
+    spark: Any, app: App, access: LogAccess, table_name: str, pipeline: Pipeline, from_ms: int | None, to_ms: int | None,
     to_topic: str | None, stream: tuple[Any, list[Pipeline]] | None,
 ) -> BackfillReport:
     source = pipeline[0]
     terminal = pipeline[-1]
     assert isinstance(source, Source) and isinstance(terminal, (Aggregate, WindowedAggregate))
     table = terminal.table
-    starts, ends = offset_ranges(app, source.topic.name, from_ms, to_ms)
+    starts, ends = offset_ranges(access, source.topic.name, from_ms, to_ms)
     source_partitions = len(ends)
-    plan = TaskPlan(app_ref, import_root(app_ref), table_name, _repartitions(app, table_name, source_partitions),
+    plan = TaskPlan(access.app_ref, access.root, table_name, _repartitions(app, access, table_name, source_partitions),
                  output=to_topic is not None,
                  emitted=stream is not None and isinstance(terminal, WindowedAggregate))
-    options = log_options(app)
+    task_log = access.task_log()  # what the tasks carry: no secret in their closures' repr
     ranges = [r for p in sorted(ends) for r in split_range(OffsetRange(p, starts[p], ends[p]), SPLIT_OFFSETS)]
     counter = spark.sparkContext.accumulator(0)
     before = None
@@ -237,12 +240,10 @@ def _backfill_one(
         # from_ms, later than every record before it, so those change no stream time from there
         # on (a worker restoring its commit there agrees); the scan starts there too.
         before = stream_times_before(
-            options.get("path"), options.get("bootstrap"), source.topic.name,
+            task_log, source.topic.name,
             [(r.partition, r.start) for r in ranges if r.start > starts[r.partition]], scan_from=starts,
         )
-    read_range = functools.partial(
-        read_source, options.get("path"), options.get("bootstrap"), source.topic.name, counter, before=before
-    )
+    read_range = functools.partial(read_source, task_log, source.topic.name, counter, before=before)
     records = spark.sparkContext.parallelize(ranges, max(1, len(ranges))).mapPartitions(read_range)
     if isinstance(terminal, WindowedAggregate):
         # Table partition p is the input partition p of the aggregating task: one Spark
@@ -283,16 +284,16 @@ def _backfill_one(
     if late and to_topic is None:
         assert isinstance(table, WindowedTable)
         topic = table.late_topic
-        ensure_topic(app, topic.name, topic.partitions or app.topic_partitions, topic.config)
-        append(app, topic.name, late)
+        ensure_topic(access, topic.name, topic.partitions or app.topic_partitions, topic.config)
+        append(access, topic.name, late)
     if to_topic is not None:
-        written = write_topic(app, to_topic, [r for r in out if r[0] == OUTPUT])
+        written = write_topic(app, access, to_topic, [r for r in out if r[0] == OUTPUT])
         return BackfillReport(table_name, read, written, ends, len(late), None, to_topic=to_topic)
     rows = [r for r in out if r[0] == CHANGELOG]
     windows = sum(1 for r in rows if (r[2] or b"")[:1] == WINDOW_DATA) if isinstance(table, WindowedTable) else None
     # The worker's rule: the changelog's count if it exists, else the table's, else the sources'.
-    table_partitions = existing_partitions(app, table.changelog_topic.name) or table.declared_partitions or source_partitions
-    written, deleted, appended = write_changelog(spark, app, table, rows, table_partitions)
+    table_partitions = existing_partitions(access, table.changelog_topic.name) or table.declared_partitions or source_partitions
+    written, deleted, appended = write_changelog(spark, access, table, rows, table_partitions)
     streamed: dict[str, int] = {}
     if stream is not None:
         topic, readers = stream
@@ -302,15 +303,15 @@ def _backfill_one(
             for _kind, p, key, value, ts, headers in (r for r in out if r[0] == EMITTED):
                 tasks.setdefault(p or 0, []).append((key, value, ts))
                 times.setdefault(p or 0, []).append(sent_at(headers))
-            by_partition = publish(app, topic, [tasks[p] for p in sorted(tasks)], [times[p] for p in sorted(tasks)])
+            by_partition = publish(app, access, topic, [tasks[p] for p in sorted(tasks)], [times[p] for p in sorted(tasks)])
             streamed[topic.name] = sum(len(sent) for sent in by_partition)
         else:  # the changelog's new records: each partition's, in the order appended
             by_partition = [[(k, v, ts) for _kind, q, k, v, ts, _h in appended if q == p] for p in range(table_partitions)]
-        streamed.update(forward(app, topic, readers, by_partition))
+        streamed.update(forward(app, access, topic, readers, by_partition))
     return BackfillReport(table_name, read, written, ends, len(late), windows, deleted, streams=streamed)
 
 
-def _repartitions(app: App, table: str, source_partitions: int) -> int:
+def _repartitions(app: App, access: LogAccess, table: str, source_partitions: int) -> int:
     """How many partitions the table's repartition topic has (the worker's rule, as its
     topology creates it): the topic's own count if it exists, else the declared one, else the
     source's."""
@@ -318,4 +319,4 @@ def _repartitions(app: App, table: str, source_partitions: int) -> int:
     if not lowered.repartitions:
         return source_partitions
     topic = lowered.repartitions[0].topic
-    return existing_partitions(app, topic.name) or topic.partitions or source_partitions
+    return existing_partitions(access, topic.name) or topic.partitions or source_partitions

@@ -19,8 +19,8 @@ from streamkit.dsl.nodes import (
 )
 from streamkit.dsl.ops import TABLE_KINDS, fold, fold_step, runner, skips
 from streamkit.log.records import decode_records
+from streamkit.spark.access import TaskLog
 from streamkit.spark.columns import batch_lists, column_batches
-from streamkit.spark.logs import open_source_log
 from streamkit.spark.options import OffsetRange
 from streamkit.spark.planning import load_app, plan_of
 from streamkit.windows.aggregate import WindowAggregator
@@ -139,7 +139,7 @@ class Uncounted:
 
 
 def read_source(
-    path: str | None, bootstrap: str | None, topic: str, counter: Any, ranges: Iterator[OffsetRange],
+    source: TaskLog, topic: str, counter: Any, ranges: Iterator[OffsetRange],
     *, before: StreamTimes | None = None,
 ) -> Iterator[SourceChunk]:
     """The records of offset ``ranges``, read on the executor through the data source's own
@@ -148,8 +148,9 @@ def read_source(
     (``spark.columns``: no ``Record`` per record); nothing downstream needs a record's
     headers. With ``before`` (``stream_times_before`` of the ranges' starts; a start it does not
     name has no record before it), each chunk carries its partition's stream time at each
-    record, as the whole partition read from its start gives it."""
-    log = open_source_log(path, bootstrap, topic)
+    record, as the whole partition read from its start gives it. ``source`` is the app's log
+    as a task carries it, its security included (``spark.access``)."""
+    log = source.open(topic)
     n = 0
     try:
         for rng in ranges:
@@ -170,7 +171,7 @@ def read_source(
 
 
 def stream_times_before(
-    path: str | None, bootstrap: str | None, topic: str, starts: Iterable[tuple[int, int]],
+    source: TaskLog, topic: str, starts: Iterable[tuple[int, int]],
     scan_from: Mapping[int, int] | None = None,
 ) -> dict[tuple[int, int], int | None]:
     """Each source partition's stream time before each of ``starts`` ((partition, offset)): the
@@ -182,7 +183,7 @@ def stream_times_before(
     ``scan_from`` may skip records that cannot matter: those before an offset whose record is
     later than all of them (a backfill's start at the first record at or after ``from_ms``)
     leave every stream time from that record on as it is."""
-    log = open_source_log(path, bootstrap, topic)
+    log = source.open(topic)
     found: dict[tuple[int, int], int | None] = {}
     by_partition: dict[int, list[int]] = {}
     for p, offset in starts:

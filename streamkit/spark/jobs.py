@@ -14,6 +14,7 @@ from streamkit.dsl.nodes import (
     Source,
     WindowedAggregate,
 )
+from streamkit.spark.access import log_access
 from streamkit.spark.backfill import BackfillReport, source_frame
 from streamkit.spark.executors import CHANGELOG, Row, TaskPlan, job_rows
 from streamkit.spark.planning import find_pipeline, import_root, load_app
@@ -28,6 +29,7 @@ from streamkit.spark.writes import (
     write_changelog,
     write_frame,
 )
+from streamkit.transport.options import ClientOptions
 
 
 def load_job(job_ref: str) -> Callable[[Any, Any], Any]:
@@ -58,17 +60,22 @@ def check_job_result(job_ref: str, result: Any) -> Any:
 def run_job(
     spark: Any, app_ref: str, job_ref: str, *, table: str | None = None, source_topic: str | None = None,
     to_topic: str | None = None, from_ms: int | None = None, to_ms: int | None = None,
+    options: ClientOptions | None = None,
 ) -> BackfillReport:
     """Run the job ``job_ref`` (``fn(spark, source_df) -> DataFrame(key, value)``) over the
     source's history: into ``to_topic`` when given, else into ``table`` (a declarative, not
     windowed, table whose pipeline the job replaces: its changelog, then the app's group moves
-    as for ``backfill``). The source is ``table``'s pipeline's, else ``source_topic``."""
+    as for ``backfill``). The source is ``table``'s pipeline's, else ``source_topic``.
+    ``options``: the app's Kafka client settings, as for ``backfill``; the job's reads and
+    writes go through the data source (``LogAccess.data_source_options``)."""
     from pyspark.sql import functions as F
 
     if table is None and to_topic is None:
         raise ConfigError("a job writes a table (--table) or a topic (--to-topic)")
     register(spark)
     app = load_app(app_ref, None)
+    access = log_access(app, app_ref, import_root(app_ref), options)
+    access.data_source_options()  # an app security no data source option can carry is refused now
     fn = load_job(job_ref)
     pipeline = find_pipeline(app, table) if table is not None else None
     if pipeline is not None and to_topic is None and isinstance(pipeline[-1], WindowedAggregate):
@@ -90,8 +97,8 @@ def run_job(
         check_group_free(app, [(table, pipeline)])
         if (topic := table_stream_topic(app, pipeline)) is not None:
             stream = (topic, downstream(app, topic))
-    starts, ends = offset_ranges(app, source_topic, from_ms, to_ms)
-    frame = source_frame(spark, app, source_topic, starts, ends)
+    starts, ends = offset_ranges(access, source_topic, from_ms, to_ms)
+    frame = source_frame(spark, access, source_topic, starts, ends)
     read = sum(ends[p] - starts[p] for p in ends)  # offsets: the job's own reading is not counted twice
     result = check_job_result(job_ref, fn(spark, frame))
     rows = result.select(F.col("key").cast("binary").alias("key"), F.col("value").cast("binary").alias("value"))
@@ -101,15 +108,15 @@ def run_job(
             written = int(rows.count())
             declared = app.topics.get(to_topic)
             partitions = (declared.partitions if declared is not None else None) or app.topic_partitions
-            ensure_topic(app, to_topic, partitions, declared.config if declared is not None else {})
+            ensure_topic(access, to_topic, partitions, declared.config if declared is not None else {})
             if written:
-                write_frame(rows, app, to_topic)
+                write_frame(rows, access, to_topic)
         finally:
             rows.unpersist()
         return BackfillReport(table or source_topic, read, written, ends, to_topic=to_topic, job=job_ref)
     assert table is not None and pipeline is not None
     target = app.tables[table]
-    partitions = existing_partitions(app, target.changelog_topic.name) or target.declared_partitions or len(ends)
+    partitions = existing_partitions(access, target.changelog_topic.name) or target.declared_partitions or len(ends)
     plan = TaskPlan(app_ref, import_root(app_ref), table, len(ends), job=job_ref)
     # Keys go where the worker's pipeline puts them: hashed over the source's partition count.
     now = int(time.time() * 1000)
@@ -118,10 +125,10 @@ def run_job(
         (CHANGELOG, p, key, value, now, None)
         for key, value, p in job_rows(plan, len(ends), iter(rows.collect()))
     ]
-    written, deleted, appended = write_changelog(spark, app, target, changelog, partitions)
+    written, deleted, appended = write_changelog(spark, access, target, changelog, partitions)
     streamed: dict[str, int] = {}
     if stream is not None:
         by_partition = [[(k, v, ts) for _kind, q, k, v, ts, _h in appended if q == p] for p in range(partitions)]
-        streamed = forward(app, stream[0], stream[1], by_partition)
-    commit_group(app, [(table, pipeline)], {source_topic: ends}, [stream[0].name] if stream is not None else [])
+        streamed = forward(app, access, stream[0], stream[1], by_partition)
+    commit_group(app, access, [(table, pipeline)], {source_topic: ends}, [stream[0].name] if stream is not None else [])
     return BackfillReport(table, read, written, ends, deleted=deleted, job=job_ref, streams=streamed)

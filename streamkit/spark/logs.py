@@ -248,12 +248,16 @@ def read_records(log: SourceLog, partition: int, start: int, end: int) -> Iterat
 
 
 def open_source_log(
-    path: str | None, bootstrap: str | None, topic: str, security: tuple[tuple[str, str], ...] = ()
+    path: str | None, bootstrap: str | None, topic: str,
+    security: tuple[tuple[str, str], ...] | ClientSecurity = (),
 ) -> SourceLog:
     """The log the options name: ``bootstrap`` wins over ``path``; ``security`` (the ``kafka.*``
-    options by Kafka's names, ``options.security_options``) is how the broker is reached."""
+    options by Kafka's names, ``options.security_options``, or a backfill's ``ClientSecurity``)
+    is how the broker is reached."""
     if bootstrap:
-        return BrokerLog(bootstrap, topic, client_security(security) if security else PLAINTEXT)
+        if not isinstance(security, ClientSecurity):
+            security = client_security(security) if security else PLAINTEXT
+        return BrokerLog(bootstrap, topic, security)
     if path:
         return FileLog(path, topic)
     raise ConfigError("the streamkit data source needs option('path', DATA_DIR) or option('bootstrap', 'host:port')")

@@ -1,12 +1,11 @@
 """What a backfill runs: the declarative table's pipeline and plan found by name (or refused
 by name when the backfill cannot run it), the app loaded from its reference (on the driver and
-again on each executor), the log's options, and who else reads a topic."""
+again on each executor), and who else reads a topic (how it reaches the log: ``access.py``)."""
 
 from __future__ import annotations
 
 import os
 import sys
-from urllib.parse import urlparse
 
 from streamkit._core.errors import ConfigError
 from streamkit._core.refs import import_ref
@@ -63,16 +62,6 @@ def refuse_unsupported(pipeline: Pipeline, table: str) -> None:
                               "backfill does not run stream-stream joins")
         if isinstance(node, Sink):
             raise ConfigError(f"the pipeline of table {table!r} writes a topic midway: not a backfill")
-
-
-def log_options(app: App) -> dict[str, str]:
-    """The data source's options that reach the app's log."""
-    url = urlparse(app.broker)
-    if url.scheme == "file":
-        return {"path": (url.netloc + url.path) or ".streamkit"}
-    if url.scheme == "kafka":
-        return {"bootstrap": url.netloc.split(",")[0]}
-    raise ConfigError(f"cannot backfill from broker {app.broker!r}")
 
 
 def plan_of(app: App, table: str) -> Plan:

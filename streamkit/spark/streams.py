@@ -19,6 +19,7 @@ from streamkit.dsl.nodes import (
     WindowedAggregate,
 )
 from streamkit.dsl.ops import runner
+from streamkit.spark.access import LogAccess
 from streamkit.spark.executors import OUTPUT, Row
 from streamkit.spark.planning import agent_inputs
 from streamkit.spark.writes import append, ensure_topic
@@ -53,7 +54,7 @@ def downstream(app: App, topic: Any) -> list[Pipeline]:
     return found
 
 
-def publish(app: App, topic: Any, tasks: list[list[Sent]], times: list[list[int]] | None = None) -> list[list[Sent]]:
+def publish(app: App, access: LogAccess, topic: Any, tasks: list[list[Sent]], times: list[list[int]] | None = None) -> list[list[Sent]]:
     """Append what each task sends to ``topic`` as the worker's tasks would: each record to the
     partition of its key's hash (keyless ones spread), each task's records in its order. Where
     several tasks write one partition, their records come as a worker with
@@ -66,7 +67,7 @@ def publish(app: App, topic: Any, tasks: list[list[Sent]], times: list[list[int]
     partition now ends with, in order."""
     declared = app.topics.get(topic.name)
     partitions = (declared.partitions if declared is not None else None) or topic.partitions or app.topic_partitions
-    count = ensure_topic(app, topic.name, partitions, topic.config)
+    count = ensure_topic(access, topic.name, partitions, topic.config)
     # partition -> (the sending task's stream time, task, position in the task, record)
     queues: dict[int, list[tuple[int, int, int, Sent]]] = {}
     spread = 0
@@ -83,11 +84,11 @@ def publish(app: App, topic: Any, tasks: list[list[Sent]], times: list[list[int]
     ]
     rows: list[Row] = [(OUTPUT, p, k, v, ts, None) for p, sent in enumerate(by_partition) for k, v, ts in sent]
     if rows:
-        append(app, topic.name, rows)
+        append(access, topic.name, rows)
     return by_partition
 
 
-def forward(app: App, topic: Any, pipelines: list[Pipeline], by_partition: list[list[Sent]]) -> dict[str, int]:
+def forward(app: App, access: LogAccess, topic: Any, pipelines: list[Pipeline], by_partition: list[list[Sent]]) -> dict[str, int]:
     """Run ``pipelines`` (map/filter chains into a topic, see ``downstream``) over what
     ``topic``'s partitions now end with, one task per partition as the worker runs them, and
     append their outputs; records written per topic."""
@@ -111,7 +112,7 @@ def forward(app: App, topic: Any, pipelines: list[Pipeline], by_partition: list[
                     out_times.append(now)
             tasks.append(out)
             times.append(out_times)
-        publish(app, sink.topic, tasks, times)
+        publish(app, access, sink.topic, tasks, times)
         written[sink.topic.name] = written.get(sink.topic.name, 0) + sum(len(t) for t in tasks)
     return written
 

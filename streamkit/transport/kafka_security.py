@@ -3,6 +3,12 @@
 ``aiokafka_security`` gives the keyword arguments every aiokafka client of the Kafka driver and
 ``KafkaTools`` is built with (an OAUTHBEARER callback wrapped as aiokafka's token provider).
 
+aiokafka ends an OAUTHBEARER login after sending the token: a broker that refuses the token
+answers it with an error challenge (RFC 7628), which aiokafka takes as success, and the
+connection then fails on its first request ("node not ready"). ``_OAuthAuthenticator``
+finishes the exchange as Kafka's clients do (module's end), so a refused token fails the login
+with the broker's reason, like a wrong password.
+
 aiokafka reports a refused SASL login or an untrusted certificate only as a log line and then
 "Unable to bootstrap": a client that cannot start says nothing of the cause. So when a secured
 client fails to connect, ``refusal`` connects to each bootstrap broker once more, by itself,
@@ -19,7 +25,7 @@ import ssl
 from typing import Any
 
 from aiokafka.abc import AbstractTokenProvider
-from aiokafka.conn import create_conn
+from aiokafka.conn import AIOKafkaConnection, OAuthAuthenticator, create_conn
 from aiokafka.errors import KafkaError, SaslAuthenticationFailed, UnsupportedSaslMechanismError
 
 from streamkit.transport.base import TransportError
@@ -95,3 +101,39 @@ async def refusal(bootstrap_servers: str, security: ClientSecurity, timeout_s: f
             continue
         conn.close()
     return None
+
+
+class _OAuthAuthenticator(OAuthAuthenticator):  # type: ignore[misc]
+    """aiokafka's OAUTHBEARER client, with the end of the exchange that RFC 7628 (3.2.3) and
+    Kafka's own client (``OAuthBearerSaslClient``) have: when the broker answers the token
+    with an error challenge (non-empty bytes, where success is empty), the client sends the
+    single byte 0x01, and the broker then fails the SaslAuthenticate with its reason
+    (aiokafka raises ``SaslAuthenticationFailed`` with it)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._challenge_answered = False
+
+    async def step(self, payload: bytes | None) -> tuple[bytes, bool] | None:
+        if not self._token_sent:
+            sent: tuple[bytes, bool] | None = await super().step(payload)
+            return sent
+        if payload and not self._challenge_answered:
+            self._challenge_answered = True
+            return b"\x01", True
+        return None
+
+
+_aiokafka_oauth = AIOKafkaConnection.authenticator_oauth
+
+
+def _authenticator_oauth(conn: Any) -> Any:
+    """The OAUTHBEARER authenticator of a connection: ours for streamkit's token providers."""
+    provider = conn._sasl_oauth_token_provider
+    if isinstance(provider, _TokenProvider):
+        return _OAuthAuthenticator(sasl_oauth_token_provider=provider)
+    return _aiokafka_oauth(conn)
+
+
+# aiokafka has no argument for the authenticator: its connection makes it by this method.
+AIOKafkaConnection.authenticator_oauth = _authenticator_oauth

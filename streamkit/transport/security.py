@@ -111,7 +111,10 @@ def parse_jaas(text: str, where: str = "sasl.jaas.config") -> tuple[str, dict[st
     options: dict[str, str] = {}
     rest = _JAAS_OPTION.sub("", body).strip()
     if rest:
-        raise ConfigError(f"{where}: cannot read the login module's options near {rest[:20]!r}")
+        # Named up to its '=': what follows may be a password whose quotes are broken.
+        name, equals, _value = rest.partition("=")
+        shown = name.strip()[:20] + ("=..." if equals else "")
+        raise ConfigError(f"{where}: cannot read the login module's options near {shown!r}")
     for match in _JAAS_OPTION.finditer(body):
         quoted, bare = match.group(2), match.group(3)
         options[match.group(1)] = re.sub(r"\\(.)", r"\1", quoted) if quoted is not None else bare

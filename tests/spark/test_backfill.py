@@ -7,6 +7,7 @@ import asyncio
 import collections
 import importlib
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,8 +17,12 @@ import pytest
 
 from streamkit._core.errors import ConfigError
 from streamkit.testing import AppDriver
+from tests.support import secured
+from tests.support.kafka import KafkaCluster
 
 HERE = Path(__file__).resolve().parent
+SECURED_USER = "bob"
+SECURED_PASSWORD = secured.USERS[SECURED_USER]
 ORDERS = [(f"o{i}", {"user": f"u{i % 5}", "amount": i}) for i in range(200)]
 
 
@@ -212,8 +217,18 @@ def test_the_backfill_command_over_the_wire_before_any_worker_ran(
     created with the app's partition count and written at once. A worker started afterwards
     serves the stream's answer from them. Both logs are shared: the app is named by the test
     (``BF_ID``)."""
+    backfill_over_the_wire(bootstrap, bootstrap, tmp_path, monkeypatch, unique)
+
+
+def backfill_over_the_wire(
+    bootstrap: str, app_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unique: str,
+    *args: str,
+) -> subprocess.CompletedProcess[str]:
+    """The body of the test above: history loaded through ``bootstrap`` (the test's own, in
+    plaintext), ``streamkit backfill ARGS`` of the app on ``kafka://app_bootstrap`` (a secured
+    listener of the same cluster, say), then the changelogs, the group's offsets and a worker's
+    answers read back through ``bootstrap``. The command's run, for more checks."""
     import os
-    import subprocess
 
     import streamkit as sk
     from streamkit._core.partitioner import partition_for_key
@@ -243,12 +258,12 @@ def test_the_backfill_command_over_the_wire_before_any_worker_ran(
 
     asyncio.run(load())
     streamkit = str(Path(sys.executable).parent / "streamkit")
-    env = {**os.environ, "BF_BROKER": f"kafka://{bootstrap}", "BF_ID": unique, "PYTHONPATH": os.pathsep.join(
+    env = {**os.environ, "BF_BROKER": f"kafka://{app_bootstrap}", "BF_ID": unique, "PYTHONPATH": os.pathsep.join(
         [str(HERE), *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])]
     ), "TMPDIR": str(tmp_path)}
     done = subprocess.run(
         [streamkit, "backfill", "-A", "backfill_app:app", "--table", "orders_per_user", "--table", "latest_amount",
-         "--master", "local[2]"],
+         "--master", "local[2]", *args],
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stderr
@@ -289,3 +304,63 @@ def test_the_backfill_command_over_the_wire_before_any_worker_ran(
     counts, amounts = asyncio.run(served())
     assert counts == dict(collections.Counter(o["user"] for _, o in history))  # the stream's answer
     assert amounts == {key: o["amount"] for key, o in history}
+    return done
+
+
+def _client_properties(path: Path, kafka: KafkaCluster, password: str) -> Path:
+    assert kafka.tls is not None
+    path.write_text(
+        "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="{SECURED_USER}" password="{password}";\n'
+        f"ssl.ca.location={kafka.tls.ca}\n"
+    )
+    return path
+
+
+def test_the_backfill_command_over_sasl_ssl(
+    kafka: KafkaCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unique: str
+) -> None:
+    """The test above through Kafka's SASL_SSL listener (SCRAM-SHA-512 over TLS): the app's
+    security from ``--command-config``, carried to the driver's and the executors' connections
+    (``spark.access``). The backfill equals the stream as there; the password is nowhere in its
+    output nor in any file it left (Spark's log is kept only when it fails)."""
+    config = _client_properties(tmp_path / "client.properties", kafka, SECURED_PASSWORD)
+    done = backfill_over_the_wire(
+        kafka.bootstrap, kafka.sasl_ssl_bootstrap, tmp_path, monkeypatch, unique, "--command-config", str(config)
+    )
+    assert SECURED_PASSWORD not in done.stdout + done.stderr
+    left = [p for p in tmp_path.rglob("*") if p.is_file() and p != config]
+    assert not [p for p in left if SECURED_PASSWORD.encode() in p.read_bytes()]
+
+
+def test_a_refused_or_misplaced_backfill_security_is_one_line_with_exit_code_2(kafka: KafkaCluster, tmp_path: Path) -> None:
+    """A wrong password: one line naming the broker and the cause, exit code 2, before Spark
+    starts; the password in neither the output nor any file left. ``--command-config`` for an
+    app on an embedded log: refused before Spark starts too."""
+    import os
+
+    wrong = "not-" + SECURED_PASSWORD
+    config = _client_properties(tmp_path / "client.properties", kafka, wrong)
+    streamkit = str(Path(sys.executable).parent / "streamkit")
+    env = {**os.environ, "BF_BROKER": f"kafka://{kafka.sasl_ssl_bootstrap}", "BF_ID": "refused", "TMPDIR": str(tmp_path),
+           "PYTHONPATH": os.pathsep.join([str(HERE), *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])])}
+    command = [streamkit, "backfill", "-A", "backfill_app:app", "--table", "orders_per_user", "--master", "local[1]",
+               "--command-config", str(config)]
+    started = time.monotonic()
+    done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert time.monotonic() - started < 10  # before Spark starts
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(
+        f"streamkit: error: cannot connect to Kafka at {kafka.sasl_ssl_bootstrap}: SASL authentication failed "
+        f"(SASL_SSL SCRAM-SHA-512 as {SECURED_USER}): "
+    ), done.stderr
+    left = [p for p in tmp_path.rglob("*") if p.is_file() and p != config]
+    assert not [p for p in left if wrong.encode() in p.read_bytes()]
+    assert wrong not in done.stdout + done.stderr
+
+    done = subprocess.run(command, env={**env, "BF_BROKER": f"file://{tmp_path / 'log'}"}, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.startswith("streamkit: error: --command-config is for an app on kafka://"), done.stderr

@@ -264,6 +264,7 @@ def test_the_backfill_reads_segment_files_as_the_record_path_does(
     """The backfill's source chunks (``executors.read_source``: columns, then Python lists)
     hold each record's key, value, offset and timestamp in ms as ``FileLog.read``'s records
     (headers, LogAppendTime, negative timestamps, ranges that cut batches)."""
+    from streamkit.spark.access import TaskLog
     from streamkit.spark.executors import Uncounted, read_source
     from streamkit.spark.options import OffsetRange
 
@@ -276,7 +277,7 @@ def test_the_backfill_reads_segment_files_as_the_record_path_does(
                 (r.key, r.value, r.offset, r.timestamp)
                 for _t, records in read_records(FileLog(str(data_dir), TOPIC), 0, start, end) for r in records
             ]
-            chunks = list(read_source(str(data_dir), None, TOPIC, Uncounted(), iter([OffsetRange(0, start, end)])))
+            chunks = list(read_source(TaskLog(str(data_dir), None), TOPIC, Uncounted(), iter([OffsetRange(0, start, end)])))
             got = [row for p, *fields, _times in chunks for row in zip(*fields, strict=True) if p == 0]
             assert all(p == 0 and times is None for p, *_, times in chunks)
             assert got == expected

@@ -174,6 +174,7 @@ def test_tasks_writing_one_partition_of_a_stream_take_their_part_of_the_whole_me
     0@10, 0@1) has it; and a record a task's filter drops still moved its stream time."""
     import streamkit as sk
     from streamkit._core.partitioner import partition_for_key
+    from streamkit.spark.access import log_access
     from streamkit.spark.streams import downstream, forward, publish
 
     app = sk.App("pub", broker=f"file://{tmp_path}")
@@ -185,10 +186,11 @@ def test_tasks_writing_one_partition_of_a_stream_take_their_part_of_the_whole_me
     def sent(key: str, value: str, ts: int) -> tuple[bytes | None, bytes | None, int]:
         return src.key_serde.dumps(key), src.value_serde.dumps(value), ts
 
-    by_partition = publish(app, src, [[sent(on[0], "a", 10), sent(on[1], "b", 1)], [sent(on[1], "c", 5)]])
+    access = log_access(app, "pub", None)
+    by_partition = publish(app, access, src, [[sent(on[0], "a", 10), sent(on[1], "b", 1)], [sent(on[1], "c", 5)]])
     assert by_partition == [[sent(on[0], "a", 10)], [sent(on[1], "c", 5), sent(on[1], "b", 1)]]
 
     # src partition 0's task drops its record at ts 10 and sends the one at ts 1 after it
     tasks = [[sent(on[0], "dropped", 10), sent(on[0], "b", 1)], [sent(on[1], "c", 5)]]
-    assert forward(app, src, downstream(app, src), tasks) == {"out": 2}
+    assert forward(app, access, src, downstream(app, src), tasks) == {"out": 2}
     assert [r.value for r in log_records(tmp_path, "out")[0]] == [src.value_serde.dumps("c"), src.value_serde.dumps("b")]

@@ -3,7 +3,8 @@
 
 A ``streamkit worker`` counts words over SASL_SSL with SCRAM-SHA-256, configured from the
 environment only; the CLI creates, lists, produces and consumes with ``--command-config``
-(SCRAM and PLAIN); OAUTHBEARER takes its token from a callback; a wrong password and an untrusted CA each end a command and a worker with
+(SCRAM and PLAIN); OAUTHBEARER takes its token from a callback, and a token Kafka refuses is named with Kafka's
+answer (a worker: one line, exit code 2); a wrong password and an untrusted CA each end a command and a worker with
 one line naming the broker and the cause, exit code 2, within seconds. The password shows up
 nowhere: not in the worker's log, ``/status``, ``/topology`` or any command's output.
 """
@@ -214,14 +215,15 @@ def test_a_refused_worker_stops_with_one_line_and_exit_code_2(kafka: KafkaCluste
     assert wrong not in text and PASSWORD not in text and "Traceback" not in text
 
 
-def _unsecured_jwt(subject: str) -> str:
-    """A JWT with alg "none", which Kafka's default OAUTHBEARER validator accepts (the fixture's listener)."""
+def _unsecured_jwt(subject: str, expires_in_s: int = 600) -> str:
+    """A JWT with alg "none", which Kafka's default OAUTHBEARER validator accepts (the fixture's
+    listener) while its ``exp`` is ahead."""
     now = int(time.time())
 
     def part(value: dict[str, object]) -> str:
         return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
 
-    return f"{part({'alg': 'none'})}.{part({'sub': subject, 'iat': now, 'exp': now + 600})}."
+    return f"{part({'alg': 'none'})}.{part({'sub': subject, 'iat': now - 1200, 'exp': now + expires_in_s})}."
 
 
 def test_oauthbearer_with_a_token_callback_over_sasl_ssl(kafka: KafkaCluster) -> None:
@@ -247,3 +249,58 @@ def test_oauthbearer_with_a_token_callback_over_sasl_ssl(kafka: KafkaCluster) ->
 
     assert asyncio.run(roundtrip()) == [b"v1", b"v2"]
     assert calls  # each connection asked the callback for its token
+
+
+def test_a_refused_oauthbearer_token_is_named_with_kafka_s_reason(kafka: KafkaCluster) -> None:
+    """Kafka's validator refuses an expired token: the client is told why (RFC 7628: the broker
+    answers the token with an error challenge, the client acknowledges it, the broker then fails
+    the login with its reason), in one error naming the broker, not "node not ready" later."""
+    from streamkit.transport.kafka_security import BrokerAuthenticationError
+
+    assert kafka.tls is not None
+    security = ClientSecurity.from_properties(
+        {"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER", "ssl.ca.location": str(kafka.tls.ca)},
+        token_callback=lambda: _unsecured_jwt(USER, expires_in_s=-600),
+    )
+
+    async def list_topics() -> None:
+        async with KafkaTools(kafka.sasl_ssl_bootstrap, security=security) as tools:
+            await tools.list_topics()
+
+    started = time.monotonic()
+    with pytest.raises(BrokerAuthenticationError) as refused:
+        asyncio.run(list_topics())
+    assert time.monotonic() - started < FAILS_WITHIN_S
+    # Kafka's OAuthBearerSaslServer answers with its error status (the details stay in its log)
+    assert str(refused.value) == (
+        f"cannot connect to Kafka at {kafka.sasl_ssl_bootstrap}: SASL authentication failed "
+        '(SASL_SSL OAUTHBEARER): {"status":"invalid_token"}'
+    )
+
+
+def test_a_worker_whose_oauthbearer_token_is_refused_stops_with_one_line_and_exit_code_2(
+    kafka: KafkaCluster, tmp_path: Path
+) -> None:
+    """A Faust-style app (``OAuthCredentials`` with an ``ssl_context``) whose token Kafka
+    refuses: ``streamkit worker`` stops at once with one line naming the broker and Kafka's
+    answer, exit code 2 (it said "node not ready" before the login was finished as RFC 7628 has it)."""
+    assert kafka.tls is not None
+    env = {
+        **os.environ, "OAUTH_BROKER": f"kafka://{kafka.sasl_ssl_bootstrap}", "OAUTH_CA": str(kafka.tls.ca),
+        "OAUTH_EXPIRES_IN_S": "-600", "OAUTH_APP_ID": f"oauth-{uuid.uuid4().hex[:6]}",
+        "PYTHONPATH": f"{APPS}{os.pathsep}{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    }
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "streamkit.cli", "worker", "-A", "oauth_app:app", "--progress-interval", "0",
+         "--state-dir", str(tmp_path / "state")],
+        env=env, capture_output=True, text=True, timeout=FAILS_WITHIN_S + 20, cwd=tmp_path,
+    )
+    assert time.monotonic() - started < FAILS_WITHIN_S + 5
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
+    assert errors == [
+        f"streamkit: error: cannot connect to Kafka at {kafka.sasl_ssl_bootstrap}: SASL authentication failed "
+        '(SASL_SSL OAUTHBEARER): {"status":"invalid_token"}'
+    ], done.stderr
+    assert "Traceback" not in done.stderr

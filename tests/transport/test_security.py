@@ -69,6 +69,9 @@ def test_the_jaas_config_gives_user_and_password_as_kafka_clients_read_it() -> N
     [
         ({"sasl.jaas.config": "PlainLoginModule username=x;"}, r"sasl\.jaas\.config: expected '<LoginModule class> required"),
         ({"sasl.jaas.config": 'x.PlainLoginModule required username="a" junk;'}, r"cannot read the login module's options near 'junk'"),
+        # an unclosed quote: the option is named, its value (a password) is not shown
+        ({"sasl.jaas.config": 'x.PlainLoginModule required username="a" password="pw-Kq7;'},
+         r"cannot read the login module's options near 'password=\.\.\.'$"),
         ({"sasl.jaas.config": "com.sun.security.auth.module.Krb5LoginModule required;"}, r"login module .*Krb5LoginModule is not read here"),
     ],
 )
