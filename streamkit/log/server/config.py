@@ -1,10 +1,20 @@
-"""Settings of one wire server (``streamkit broker``), a frozen value."""
+"""Settings of one wire server (``streamkit broker``), a frozen value.
+
+Listeners and TLS settings are ``listeners.py``'s values; with no listeners the server has one
+PLAINTEXT listener at ``host:port`` (the dev mode, and what ``--host/--port`` mean).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from streamkit._core.errors import ConfigError
+from streamkit.log.server.listeners import (
+    DEFAULT_SASL_MECHANISMS,
+    Listener,
+    TlsSettings,
+    check_mechanisms,
+)
 
 DEFAULT_PORT = 9092
 MIB = 1024 * 1024
@@ -38,8 +48,16 @@ class BrokerConfig:
     # shared by the requests that arrived meanwhile (``group_sync.py``). Off: acknowledged
     # means in the page cache, on disk within the topic's flush.ms.
     durable: bool = False
+    # Security (``listeners.py``, ``session.py``): empty ``listeners`` is one PLAINTEXT listener
+    # at host:port; ``tls`` serves the SSL and SASL_SSL listeners; ``super_users`` (Kafka's
+    # ``super.users``, principals such as ``User:admin``) are kept for the authorizer.
+    listeners: tuple[Listener, ...] = ()
+    tls: TlsSettings | None = None
+    sasl_mechanisms: tuple[str, ...] = DEFAULT_SASL_MECHANISMS
+    super_users: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        check_mechanisms(self.sasl_mechanisms)
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be within 0-65535, not {self.port}")
         if self.default_partitions < 1:
@@ -54,3 +72,9 @@ class BrokerConfig:
     @property
     def advertised(self) -> str:
         return self.advertised_host or self.host
+
+    @property
+    def effective_listeners(self) -> tuple[Listener, ...]:
+        if self.listeners:
+            return self.listeners
+        return (Listener("PLAINTEXT", "PLAINTEXT", self.host, self.port, self.advertised_host),)

@@ -37,6 +37,7 @@ from streamkit.log.segment import FileRange
 from streamkit.log.server.dispatch import Dispatcher
 from streamkit.log.server.errors import ServerError
 from streamkit.log.server.frames import Part
+from streamkit.log.server.session import PRE_AUTH_MAX_FRAME_BYTES, Session
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +65,8 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self._max_in_flight = max_in_flight
         self.transport: asyncio.Transport | None = None
         self.peer: object = None
+        # The connection's listener, principal and SASL state, set by the broker on accept.
+        self.session: Session | None = None
         self._staging = bytearray(_STAGING_BYTES)
         self._filled = 0
         self._large: bytearray | None = None  # a frame too big for staging, being received
@@ -140,10 +143,13 @@ class FrameProtocol(asyncio.BufferedProtocol):
         filled = self._filled
         while not self._ended and filled - pos >= 4:
             (size,) = _SIZE.unpack_from(staging, pos)
-            if size < _MIN_FRAME or size > self._max_frame_bytes:
+            limit = self._max_frame_bytes
+            if self.session is not None and not self.session.authenticated:
+                limit = min(limit, PRE_AUTH_MAX_FRAME_BYTES)
+            if size < _MIN_FRAME or size > limit:
                 logger.warning(
                     "closing connection %s: frame size %d outside [%d, %d]",
-                    self.peer, size, _MIN_FRAME, self._max_frame_bytes,
+                    self.peer, size, _MIN_FRAME, limit,
                 )
                 self._end()
                 break
@@ -221,6 +227,9 @@ class FrameProtocol(asyncio.BufferedProtocol):
             self._partial_since = None
         if self._ended:
             return None
+        session = self.session
+        if session is not None and session.auth_deadline is not None and now >= session.auth_deadline:
+            return "not authenticated in time"
         if self._filled or self._large is not None:
             if self._partial_since is None:
                 self._partial_since = now
@@ -291,7 +300,7 @@ async def _answer(protocol: FrameProtocol, dispatcher: Dispatcher, peer: object)
                 return
             protocol.handling = True
             try:
-                response = await dispatcher.handle(frame, client_host)
+                response = await dispatcher.handle(frame, client_host, protocol.session)
             except ServerError as exc:
                 logger.warning("closing connection %s: %s", peer, exc)
                 return
@@ -304,6 +313,9 @@ async def _answer(protocol: FrameProtocol, dispatcher: Dispatcher, peer: object)
             if response is not None:
                 ready += response
                 ready_bytes += sum(len(part) for part in response)
+            if protocol.session is not None and protocol.session.close_after_response:
+                logger.info("closing connection %s: SASL handshake or authentication refused", peer)
+                return  # the answer still goes out (below)
     finally:
         if ready and protocol.transport is not None and not protocol.transport.is_closing():
             # Answers due before the end (or the bad request) still go out. No await here

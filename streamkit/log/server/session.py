@@ -1,0 +1,132 @@
+"""One connection's security state: its listener, its principal and its SASL exchange.
+
+``Session.principal`` is Kafka's ``KafkaPrincipal`` spelled as a string, what an authorizer
+reads: ``User:ANONYMOUS`` on PLAINTEXT and on SSL without a client certificate,
+``User:`` + the certificate subject's DN with one (mTLS), ``User:NAME`` once SASL succeeded.
+
+On a SASL listener a connection starts unauthenticated: only ApiVersions, SaslHandshake and
+SaslAuthenticate are served (``PRE_AUTH_APIS``); anything else closes it, as Kafka's
+``SaslServerAuthenticator`` does. The exchange (``authenticate``), per Kafka:
+
+* SaslHandshake names a mechanism: one not enabled answers UNSUPPORTED_SASL_MECHANISM with
+  the enabled ones and closes; v1 means the tokens come in SaslAuthenticate requests, v0
+  that they come as bare size-prefixed frames (``raw_tokens``), answered the same way;
+* PLAIN takes one token ``[authzid] NUL user NUL password`` (authzid empty or the user);
+  SCRAM two (``scram.py``);
+* any failure answers SASL_AUTHENTICATION_FAILED with Kafka's fixed message (it names the
+  mechanism, never the user or why) and closes the connection.
+
+Limits (constants below, documented in ``docs/security.md``): frames before authentication
+are at most ``PRE_AUTH_MAX_FRAME_BYTES`` (Kafka's ``sasl.server.max.receive.size``), and a
+connection on a SASL listener must finish authenticating within ``AUTH_TIMEOUT_MS`` of
+connecting, or it is closed (the broker's connection sweep checks ``auth_deadline``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from streamkit.log.server import apis
+from streamkit.log.server.credentials import CredentialStore
+from streamkit.log.server.listeners import Listener
+from streamkit.log.server.scram import MECHANISMS, ScramError, ScramServer
+
+ANONYMOUS = "User:ANONYMOUS"
+PRE_AUTH_APIS = frozenset({apis.API_VERSIONS, apis.SASL_HANDSHAKE, apis.SASL_AUTHENTICATE})
+PRE_AUTH_MAX_FRAME_BYTES = 512 * 1024  # Kafka's sasl.server.max.receive.size default
+AUTH_TIMEOUT_MS = 10_000
+MAX_PLAIN_TOKEN_BYTES = 2048
+
+# ``await check(user, password)``: whether the password is the user's (the blocking PBKDF2
+# runs off the event loop).
+PlainCheck = Callable[[str, str], Awaitable[bool]]
+
+
+class AuthenticationFailed(Exception):
+    """The client's credentials were refused; ``str`` is what the client is told."""
+
+
+def failure_message(mechanism: str) -> str:
+    return f"Authentication failed during authentication due to invalid credentials with SASL mechanism {mechanism}"
+
+
+@dataclass(slots=True)
+class Session:
+    listener: Listener
+    client_host: str = ""
+    principal: str = ANONYMOUS
+    authenticated: bool = True  # False until SASL succeeds on a SASL listener
+    mechanism: str | None = None  # chosen by SaslHandshake
+    raw_tokens: bool = False  # SaslHandshake v0: tokens come as bare frames
+    close_after_response: bool = False  # a refused handshake or authentication
+    auth_deadline: float | None = None  # loop time by which SASL must have succeeded
+    _scram: ScramServer | None = field(default=None, repr=False)
+
+    @classmethod
+    def open(cls, listener: Listener, client_host: str, principal: str, now: float) -> Session:
+        session = cls(listener=listener, client_host=client_host, principal=principal)
+        if listener.sasl:
+            session.authenticated = False
+            session.auth_deadline = now + AUTH_TIMEOUT_MS / 1000
+        return session
+
+    def allows(self, api_key: int) -> bool:
+        return self.authenticated or api_key in PRE_AUTH_APIS
+
+    def choose(self, mechanism: str, enabled: tuple[str, ...], version: int) -> bool:
+        """SaslHandshake: whether ``mechanism`` is enabled (else the connection is to close)."""
+        if mechanism not in enabled:
+            self.close_after_response = True
+            return False
+        self.mechanism = mechanism
+        self.raw_tokens = version == 0
+        if mechanism in MECHANISMS:
+            self._scram = ScramServer(MECHANISMS[mechanism])
+        return True
+
+    async def authenticate(self, token: bytes, store: CredentialStore, check_plain: PlainCheck) -> bytes:
+        """One client token in, the server's token out; ``authenticated`` once done.
+
+        Raises ``AuthenticationFailed`` (and marks the connection to close) on any failure.
+        """
+        mechanism = self.mechanism
+        assert mechanism is not None
+        try:
+            if mechanism == "PLAIN":
+                user = await _plain(token, check_plain)
+                self._succeed(user)
+                return b""
+            scram = self._scram
+            assert scram is not None
+            if not scram.started:
+                return scram.first(token, store.credentials_for(scram.mechanism))
+            answer = scram.final(token)
+            assert scram.username is not None
+            self._succeed(scram.username)
+            return answer
+        except (ScramError, AuthenticationFailed) as exc:
+            self.close_after_response = True
+            raise AuthenticationFailed(failure_message(mechanism)) from exc
+
+    def _succeed(self, user: str) -> None:
+        self.principal = f"User:{user}"
+        self.authenticated = True
+        self.auth_deadline = None
+
+
+async def _plain(token: bytes, check_plain: PlainCheck) -> str:
+    if len(token) > MAX_PLAIN_TOKEN_BYTES:
+        raise AuthenticationFailed("PLAIN token too long")
+    parts = token.split(b"\x00")
+    if len(parts) != 3:
+        raise AuthenticationFailed("malformed PLAIN token")
+    try:
+        authzid, user, password = (p.decode("utf-8") for p in parts)
+    except UnicodeDecodeError as exc:
+        raise AuthenticationFailed("PLAIN token is not UTF-8") from exc
+    if not user or not password or (authzid and authzid != user):
+        raise AuthenticationFailed("malformed PLAIN token")
+    if not await check_plain(user, password):
+        raise AuthenticationFailed("invalid credentials")
+    return user
