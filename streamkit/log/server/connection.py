@@ -8,7 +8,12 @@ Invariants:
   held back once the queue is empty (a client waiting for an answer always gets it);
 * a response is a list of parts (``frames.py``): bytes are written, a ``FileRange`` of
   verified segment bytes goes out with ``loop.sendfile`` (``sendfile(2)`` where the
-  transport allows it) once everything before it is written, so the order holds;
+  transport allows it; read and written on a TLS listener) once everything before it is
+  written, so the order holds;
+* on a SASL listener, frames before authentication are bounded by
+  ``session.PRE_AUTH_MAX_FRAME_BYTES``, a connection not authenticated within
+  ``session.AUTH_TIMEOUT_MS`` is closed by the sweep, and a refused handshake or login
+  closes the connection right after its answer (``session.py``);
 * a request that has not arrived whole ``request_timeout_ms`` after it started arriving, and
   a connection with no request for ``connections_max_idle_ms`` (none in progress), are
   closed (``FrameProtocol.stale``, checked by the broker's sweep): a client that sends half
@@ -113,7 +118,9 @@ class FrameProtocol(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool:
         self._end()
-        return True  # keep the transport open: responses already due still go out
+        # Keep the transport open: responses already due still go out. (An SSL transport
+        # cannot half-close and warns about True, so it is not asked to.)
+        return not (self.session is not None and self.session.listener.tls)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost_exc = exc or ConnectionResetError("connection lost")
@@ -331,7 +338,12 @@ async def _send(protocol: FrameProtocol, parts: list[Part]) -> None:
             if small:
                 protocol.write(small[0] if len(small) == 1 else b"".join(small))
                 small = []
-            await _sendfile(protocol, part)
+            if protocol.session is not None and protocol.session.listener.tls:
+                # TLS encrypts in user space: sendfile(2) cannot apply, and asyncio's fallback
+                # swaps the transport's protocol, which a buffered SSL protocol does not survive.
+                protocol.write(part.read())
+            else:
+                await _sendfile(protocol, part)
         elif len(part) >= _JOIN_BYTES:
             if small:
                 protocol.write(small[0] if len(small) == 1 else b"".join(small))

@@ -107,6 +107,13 @@ def password_matches(mechanism: ScramMechanism, credential: ScramCredential, pas
     return hmac.compare_digest(derived.stored_key, credential.stored_key)
 
 
+_NONCE_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+
+def _alphanumeric(length: int) -> str:
+    return "".join(secrets.choice(_NONCE_CHARS) for _ in range(length))
+
+
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
@@ -142,7 +149,8 @@ class ScramServer:
 
     def __init__(self, mechanism: ScramMechanism, nonce: str | None = None) -> None:
         self.mechanism = mechanism
-        self._server_nonce = nonce if nonce is not None else secrets.token_urlsafe(NONCE_BYTES)
+        # Letters and digits only, as Kafka's (base 36): librdkafka 2.0 garbles a nonce with '-'.
+        self._server_nonce = nonce if nonce is not None else _alphanumeric(NONCE_BYTES * 4 // 3)
         self._user: str | None = None
         self._credential: ScramCredential | None = None
         self._gs2_header = ""
@@ -200,7 +208,9 @@ class ScramServer:
             raise ScramError("malformed SCRAM client-final message")
         if _unb64(attrs[0][1], "channel binding") != self._gs2_header.encode():
             raise ScramError("SCRAM channel binding does not match the client-first message")
-        if attrs[1][1] != self._nonce:
+        # Kafka accepts a nonce that *ends* with the combined one (ScramSaslServer): librdkafka
+        # before 2.1 sends the client nonce twice.
+        if not attrs[1][1].endswith(self._nonce):
             raise ScramError("SCRAM nonce does not match")
         proof = _unb64(attrs[-1][1], "client proof")
         without_proof = text[: text.rindex(",p=")]

@@ -24,6 +24,7 @@ connecting, or it is closed (the broker's connection sweep checks ``auth_deadlin
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -31,6 +32,8 @@ from streamkit.log.server import apis
 from streamkit.log.server.credentials import CredentialStore
 from streamkit.log.server.listeners import Listener
 from streamkit.log.server.scram import MECHANISMS, ScramError, ScramServer
+
+logger = logging.getLogger(__name__)
 
 ANONYMOUS = "User:ANONYMOUS"
 PRE_AUTH_APIS = frozenset({apis.API_VERSIONS, apis.SASL_HANDSHAKE, apis.SASL_AUTHENTICATE})
@@ -106,6 +109,8 @@ class Session:
             self._succeed(scram.username)
             return answer
         except (ScramError, AuthenticationFailed) as exc:
+            # The reason goes to the log (it names no secret), the client gets Kafka's fixed text.
+            logger.info("SASL %s authentication from %s failed: %s", mechanism, self.client_host, exc)
             self.close_after_response = True
             raise AuthenticationFailed(failure_message(mechanism)) from exc
 
