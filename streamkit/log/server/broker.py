@@ -39,7 +39,6 @@ from streamkit.log.server.credentials import CredentialStore
 from streamkit.log.server.dispatch import Dispatcher
 from streamkit.log.server.group_sync import GroupSync
 from streamkit.log.server.listeners import (
-    TLS_HANDSHAKE_TIMEOUT_S,
     Listener,
     principal_from_certificate,
     server_ssl_context,
@@ -190,7 +189,7 @@ class Broker:
                     listener.port,
                     reuse_address=True,
                     ssl=tls if listener.tls else None,
-                    ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if listener.tls else None,
+                    ssl_handshake_timeout=self.config.authentication_timeout_ms / 1000 if listener.tls else None,
                 )
                 self._servers.append(server)
                 state.listener_ports[listener.name] = server.sockets[0].getsockname()[1]
@@ -251,7 +250,9 @@ class Broker:
             principal = principal_from_certificate(protocol.transport.get_extra_info("peercert"))
         peer = protocol.peer
         client_host = peer[0] if isinstance(peer, tuple) and peer else ""
-        protocol.session = Session.open(listener, client_host, principal, asyncio.get_running_loop().time())
+        protocol.session = Session.open(
+            listener, client_host, principal, asyncio.get_running_loop().time(), self.config.authentication_timeout_ms
+        )
         if self._tasks is None or self._closed or len(self._connections) >= self.config.max_connections:
             assert protocol.transport is not None
             protocol.transport.close()

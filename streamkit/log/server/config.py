@@ -15,6 +15,7 @@ from streamkit.log.server.listeners import (
     TlsSettings,
     check_mechanisms,
 )
+from streamkit.log.server.session import AUTH_TIMEOUT_MS
 
 DEFAULT_PORT = 9092
 MIB = 1024 * 1024
@@ -55,6 +56,10 @@ class BrokerConfig:
     tls: TlsSettings | None = None
     sasl_mechanisms: tuple[str, ...] = DEFAULT_SASL_MECHANISMS
     super_users: tuple[str, ...] = ()
+    # A connection to a TLS or SASL listener must finish its TLS handshake and SASL login within
+    # this long of connecting, or it is closed (``session.py``): a slow or silent client cannot
+    # hold a connection slot.
+    authentication_timeout_ms: int = AUTH_TIMEOUT_MS
 
     def __post_init__(self) -> None:
         check_mechanisms(self.sasl_mechanisms)
@@ -66,8 +71,8 @@ class BrokerConfig:
             raise ConfigError("the maximum frame size must be at least 1024 bytes")
         if self.max_in_flight < 1 or self.max_connections < 1:
             raise ConfigError("in-flight and connection limits must be at least 1")
-        if self.request_timeout_ms < 1 or self.connections_max_idle_ms < 1:
-            raise ConfigError("the request and idle timeouts must be at least 1 ms")
+        if self.request_timeout_ms < 1 or self.connections_max_idle_ms < 1 or self.authentication_timeout_ms < 1:
+            raise ConfigError("the request, idle and authentication timeouts must be at least 1 ms")
 
     @property
     def advertised(self) -> str:

@@ -28,9 +28,6 @@ SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 CLIENT_AUTH = ("none", "requested", "required")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 DEFAULT_SASL_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")
-# A TLS handshake not done within this long closes the connection (asyncio's default is 60 s;
-# a client that opens sockets and stalls must not hold them that long).
-TLS_HANDSHAKE_TIMEOUT_S = 10.0
 _LISTENER = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?P<host>\[[0-9A-Fa-f:.]+\]|[^:/\[\]]*):(?P<port>\d{1,5})$")
 
 

@@ -47,7 +47,9 @@ async def sasl_handshake(
 ) -> SaslHandshakeResponse:
     enabled = list(state.config.sasl_mechanisms)
     if not session.listener.sasl or session.authenticated or session.mechanism is not None:
-        # Kafka's KafkaApis answers a handshake outside the authenticator so.
+        # After login (or on a listener without SASL) Kafka's KafkaApis answers so; a second
+        # handshake during the exchange also closes the connection (SaslServerAuthenticator).
+        session.close_after_response = not session.authenticated
         return SaslHandshakeResponse(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[])
     if not session.choose(request.mechanism, state.config.sasl_mechanisms, header.api_version):
         return SaslHandshakeResponse(error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM, mechanisms=enabled)

@@ -18,8 +18,10 @@ SaslAuthenticate are served (``PRE_AUTH_APIS``); anything else closes it, as Kaf
 
 Limits (constants below, documented in ``docs/security.md``): frames before authentication
 are at most ``PRE_AUTH_MAX_FRAME_BYTES`` (Kafka's ``sasl.server.max.receive.size``), and a
-connection on a SASL listener must finish authenticating within ``AUTH_TIMEOUT_MS`` of
-connecting, or it is closed (the broker's connection sweep checks ``auth_deadline``).
+connection on a SASL listener must finish authenticating within
+``BrokerConfig.authentication_timeout_ms`` (``AUTH_TIMEOUT_MS`` by default) of connecting, or
+it is closed (the broker's connection sweep checks ``auth_deadline``; the TLS handshake has
+the same bound, given to asyncio as ``ssl_handshake_timeout``).
 """
 
 from __future__ import annotations
@@ -67,11 +69,13 @@ class Session:
     _scram: ScramServer | None = field(default=None, repr=False)
 
     @classmethod
-    def open(cls, listener: Listener, client_host: str, principal: str, now: float) -> Session:
+    def open(
+        cls, listener: Listener, client_host: str, principal: str, now: float, timeout_ms: int = AUTH_TIMEOUT_MS
+    ) -> Session:
         session = cls(listener=listener, client_host=client_host, principal=principal)
         if listener.sasl:
             session.authenticated = False
-            session.auth_deadline = now + AUTH_TIMEOUT_MS / 1000
+            session.auth_deadline = now + timeout_ms / 1000
         return session
 
     def allows(self, api_key: int) -> bool:
