@@ -9,19 +9,33 @@ SASL_SSL://127.0.0.1:0 --ssl-keystore server.pem`` (the test CA from ``tests/sup
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import re
 import shutil
+import signal
 import socket
 import ssl
 import struct
 import subprocess
+import time
+import urllib.error
+import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import (
+    AdminClient,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaTimeoutError
 
@@ -32,6 +46,7 @@ USER, PASSWORD = "alice", "alice-secret-7Hq2"
 MECHANISMS = ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"]
 KCAT = shutil.which("kcat")
 WAIT_S = 20
+T = TypeVar("T")
 
 
 def streamkit(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -372,3 +387,77 @@ def test_users_add_list_delete(tmp_path: Path) -> None:
     missing = streamkit("users", "delete", "carol", "--data-dir", data_dir)
     assert missing.returncode == 2 and missing.stderr.strip() == "streamkit: error: no user carol"
 
+
+
+# -- users made with AlterUserScramCredentials, a restart, a streamkit worker ----------------------
+
+
+def test_a_user_added_over_the_wire_logs_in_and_survives_a_restart(sasl_broker: BrokerProcess, tls: secured.Tls) -> None:
+    admin = AdminClient({"bootstrap.servers": sasl_broker.bootstrap})
+    upsert = UserScramCredentialUpsertion("dave", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"dave-pw-5")
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        future.result(WAIT_S)
+    sasl_broker.stop()
+    sasl_broker.start()
+    for mechanism in ("SCRAM-SHA-512", "PLAIN"):  # PLAIN is checked against the SCRAM credential
+        settings = {**_aiokafka_settings(sasl_broker, tls, mechanism, "dave-pw-5"), "sasl_plain_username": "dave"}
+        topic = f"dave-{mechanism.lower()}-{uuid.uuid4().hex[:6]}"
+        assert asyncio.run(_aiokafka_round_trip(settings, topic)) == [b"v0", b"v1", b"v2"]
+    refused = {**_aiokafka_settings(sasl_broker, tls, "SCRAM-SHA-256", "dave-pw-5"), "sasl_plain_username": "dave"}
+    with pytest.raises(KafkaError):  # no SCRAM-SHA-256 credential was made for dave
+        asyncio.run(_aiokafka_round_trip(refused, "never"))
+
+
+def test_a_streamkit_worker_on_the_sasl_ssl_listener_configured_from_the_environment(
+    sasl_broker: BrokerProcess, tls: secured.Tls, tmp_path: Path
+) -> None:
+    app_id = f"sk-secured-{uuid.uuid4().hex[:6]}"
+    root = Path(__file__).resolve().parents[3]
+    env = {
+        **os.environ, "SECURED_APP_ID": app_id, "SECURED_BROKER": f"kafka://{sasl_bootstrap(sasl_broker)}",
+        "STREAMKIT_SECURITY_PROTOCOL": "SASL_SSL", "STREAMKIT_SASL_MECHANISM": "SCRAM-SHA-256",
+        "STREAMKIT_SASL_USERNAME": USER, "STREAMKIT_SASL_PASSWORD": PASSWORD, "STREAMKIT_SSL_CA_LOCATION": str(tls.ca),
+        "PYTHONPATH": f"{root / 'tests' / 'support' / 'apps'}{os.pathsep}{root}",
+    }
+    log = tmp_path / "worker.log"
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(
+            [str(STREAMKIT), "worker", "-A", "secured_wordcount_app:app", "--web-port", "0", "--progress-interval", "0",
+             "--state-dir", str(tmp_path / "state")],
+            env=env, stdout=subprocess.DEVNULL, stderr=stderr, cwd=tmp_path,
+        )
+    try:
+        url = _wait_for(lambda: re.search(r"web: (http://\S+)", log.read_text()) if "assigned " in log.read_text() else None,
+                        proc, log)
+        producer = Producer({"bootstrap.servers": sasl_broker.bootstrap})  # the test's records: PLAINTEXT listener
+        for line in ("a b a", "b a"):
+            producer.produce(f"{app_id}-lines", json.dumps(line).encode())
+        assert producer.flush(WAIT_S) == 0
+        _wait_for(lambda: _count(url.group(1), "a") == 3 and _count(url.group(1), "b") == 2, proc, log)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(30)
+    text = log.read_text()
+    assert code == 0 and "Traceback" not in text, text[-3000:]
+    assert PASSWORD not in text
+
+
+def _wait_for(check: Callable[[], T | bool | None], proc: subprocess.Popen[bytes], log: Path) -> T:
+    deadline = time.monotonic() + 60
+    while True:
+        found = check()
+        if found:
+            return found  # type: ignore[return-value]
+        assert proc.poll() is None, f"the worker exited:\n{log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"timed out:\n{log.read_text()[-3000:]}"
+        time.sleep(0.2)
+
+
+def _count(url: str, word: str) -> int | None:
+    try:
+        with urllib.request.urlopen(f"{url}/tables/word_counts/{word}", timeout=5) as answer:
+            return int(json.loads(answer.read())["value"])
+    except urllib.error.HTTPError as exc:
+        if exc.code in (404, 503):
+            return None
+        raise
