@@ -59,7 +59,6 @@ API_RANGES: dict[int, tuple[str, int, int]] = {
     37: ("CreatePartitions", 0, 1),
     42: ("DeleteGroups", 0, 1),
     44: ("IncrementalAlterConfigs", 0, 1),
-    48: ("DescribeClientQuotas", 0, 1),
     50: ("DescribeUserScramCredentials", 0, 0),
     51: ("AlterUserScramCredentials", 0, 0),
     65: ("DescribeTransactions", 0, 0),

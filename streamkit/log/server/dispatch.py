@@ -27,7 +27,6 @@ from streamkit.log.server import (
     group_apis,
     log_dirs,
     produce,
-    quota_apis,
     sasl_apis,
     txn_apis,
 )
@@ -87,7 +86,6 @@ HANDLERS: dict[int, Handler] = {
     apis.LIST_TRANSACTIONS: txn_apis.list_transactions,
     apis.DESCRIBE_ACLS: acl_apis.describe_acls,
     apis.DESCRIBE_LOG_DIRS: log_dirs.describe_log_dirs,
-    apis.DESCRIBE_CLIENT_QUOTAS: quota_apis.describe_client_quotas,
     apis.DESCRIBE_USER_SCRAM_CREDENTIALS: sasl_apis.describe_user_scram_credentials,
     apis.ALTER_USER_SCRAM_CREDENTIALS: sasl_apis.alter_user_scram_credentials,
 }

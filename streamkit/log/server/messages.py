@@ -1138,51 +1138,6 @@ class IncrementalAlterConfigsResponse:
 
 
 @dataclass(slots=True, kw_only=True)
-class DescribeClientQuotasComponentData:
-    entity_type: str = ""
-    match_type: int = 0
-    match: str | None = None
-
-
-@dataclass(slots=True, kw_only=True)
-class DescribeClientQuotasRequest:
-    """DescribeClientQuotas request, api key 48: fields of v1 (v0-v1 decode into it)."""
-
-    API_KEY: ClassVar[int] = 48
-    components: list[DescribeClientQuotasComponentData] = field(default_factory=list)
-    strict: bool = False
-
-
-@dataclass(slots=True, kw_only=True)
-class DescribeClientQuotasEntityData:
-    entity_type: str = ""
-    entity_name: str | None = None
-
-
-@dataclass(slots=True, kw_only=True)
-class DescribeClientQuotasValueData:
-    key: str = ""
-    value: float = 0.0
-
-
-@dataclass(slots=True, kw_only=True)
-class DescribeClientQuotasEntryData:
-    entity: list[DescribeClientQuotasEntityData] = field(default_factory=list)
-    values: list[DescribeClientQuotasValueData] = field(default_factory=list)
-
-
-@dataclass(slots=True, kw_only=True)
-class DescribeClientQuotasResponse:
-    """DescribeClientQuotas response, api key 48: fields of v1 (encodes as v0-v1)."""
-
-    API_KEY: ClassVar[int] = 48
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    error_message: str | None = None
-    entries: list[DescribeClientQuotasEntryData] | None = None
-
-
-@dataclass(slots=True, kw_only=True)
 class DescribeUserScramCredentialsUserName:
     name: str = ""
 
@@ -1356,7 +1311,6 @@ MESSAGES: dict[int, tuple[type, type]] = {
     37: (CreatePartitionsRequest, CreatePartitionsResponse),
     42: (DeleteGroupsRequest, DeleteGroupsResponse),
     44: (IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
-    48: (DescribeClientQuotasRequest, DescribeClientQuotasResponse),
     50: (DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse),
     51: (AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse),
     65: (DescribeTransactionsRequest, DescribeTransactionsResponse),
@@ -1396,7 +1350,6 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     37: (0, 1),
     42: (0, 1),
     44: (0, 1),
-    48: (0, 1),
     50: (0, 0),
     51: (0, 0),
     65: (0, 0),
