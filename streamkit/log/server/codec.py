@@ -69,13 +69,16 @@ class RequestHeader:
     client_host: str = ""  # the peer's address
     size_v1: int = 0  # bytes of the header read as v1 (v2 adds tagged fields after them)
     listener: str = ""  # the name of the listener the request came in on
+    principal: str = "User:ANONYMOUS"  # the connection's (``session.Session.principal``)
 
 
 _read_header_v1 = entity_reader(_KioHeaderV1)
 _read_header_v2 = entity_reader(_KioHeaderV2)
 
 
-def peek_header(frame: bytes, client_host: str = "", listener: str = "") -> RequestHeader:
+def peek_header(
+    frame: bytes, client_host: str = "", listener: str = "", principal: str = "User:ANONYMOUS"
+) -> RequestHeader:
     """Read the header of a request of any API and version (header v1 is a prefix of v2)."""
     if len(frame) < _KEY_VERSION.size:
         raise MalformedRequestError(f"request of {len(frame)} bytes is shorter than a header")
@@ -91,6 +94,7 @@ def peek_header(frame: bytes, client_host: str = "", listener: str = "") -> Requ
         client_host,
         size,
         listener,
+        principal,
     )
 
 

@@ -8,7 +8,8 @@ v0 with UNSUPPORTED_VERSION so the client can retry with a version we listed.
 Each connection's ``Session`` (``session.py``) comes along: before SASL authentication only
 ApiVersions, SaslHandshake and SaslAuthenticate pass (anything else raises, closing the
 connection, as Kafka), after SaslHandshake v0 a frame is a bare SASL token, and the SASL
-handlers (``SESSION_HANDLERS``) take the session. Without a session (in-process callers and
+handlers (``SESSION_HANDLERS``) take the session. Every handler finds the connection's
+listener name and principal in ``header.listener`` and ``header.principal``. Without a session (in-process callers and
 tests) a request is served as on a PLAINTEXT listener.
 """
 
@@ -46,7 +47,7 @@ from streamkit.log.server.frames import (
     encode_fetch_response,
 )
 from streamkit.log.server.listeners import Listener
-from streamkit.log.server.session import AuthenticationFailed, Session
+from streamkit.log.server.session import ANONYMOUS, AuthenticationFailed, Session
 from streamkit.log.server.state import BrokerState
 
 _MAX_HEADER_V1 = 10 + 0x7FFF
@@ -114,15 +115,15 @@ class Dispatcher:
         A large frame comes as a ``bytearray`` (read into in place): Produce reads its records
         from it as they are; kio wants ``bytes``, so anything else gets a copy.
         """
-        listener = ""
+        listener, principal = "", ANONYMOUS
         if session is not None:
             if session.raw_tokens and not session.authenticated:
                 return await self._raw_token(bytes(frame), session)
-            listener = session.listener.name
+            listener, principal = session.listener.name, session.principal
         if isinstance(frame, bytes):
-            header = peek_header(frame, client_host, listener)
+            header = peek_header(frame, client_host, listener, principal)
         else:  # a v1 header is at most 10 bytes and a 32767-byte client id
-            header = peek_header(bytes(memoryview(frame)[:_MAX_HEADER_V1]), client_host, listener)
+            header = peek_header(bytes(memoryview(frame)[:_MAX_HEADER_V1]), client_host, listener, principal)
         if session is not None and not session.allows(header.api_key):
             raise UnauthenticatedRequestError(
                 f"api key {header.api_key} before SASL authentication on listener {listener}"

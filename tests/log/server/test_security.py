@@ -29,6 +29,7 @@ from typing import TypeVar
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaError
+from aiokafka.protocol.metadata import MetadataRequest_v5
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import (
     AdminClient,
@@ -40,7 +41,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaTimeoutError
 
 from tests.support import secured
-from tests.support.broker import STREAMKIT, BrokerProcess, assert_stops_cleanly
+from tests.support.broker import STREAMKIT, BrokerProcess, WireClient, assert_stops_cleanly
 
 USER, PASSWORD = "alice", "alice-secret-7Hq2"
 MECHANISMS = ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"]
@@ -461,3 +462,32 @@ def _count(url: str, word: str) -> int | None:
         if exc.code in (404, 503):
             return None
         raise
+
+
+def test_a_server_properties_file_and_the_advertised_listener_of_each_connection(tmp_path: Path) -> None:
+    config = tmp_path / "server.properties"
+    config.write_text(
+        "# Kafka's names\n"
+        "listeners=PLAINTEXT://127.0.0.1:0,OTHER://127.0.0.1:0\n"
+        "listener.security.protocol.map=OTHER:PLAINTEXT\n"
+        "advertised.listeners=OTHER://other.example:19092\n"
+        "num.partitions=3\n"
+        "zookeeper.connect=unused:2181\n"
+    )
+    broker = BrokerProcess(tmp_path / "data", "--config", str(config)).start()
+    try:
+        assert set(broker.listeners) == {"PLAINTEXT", "OTHER"}
+        advertised = {}
+        for name, port in broker.listeners.items():
+            with WireClient("127.0.0.1", port) as wire:
+                response = wire.call(MetadataRequest_v5(topics=[], allow_auto_topic_creation=False))
+            advertised[name] = [(host, port) for _, host, port, _ in response.brokers]
+        assert advertised == {"PLAINTEXT": [("127.0.0.1", broker.listeners["PLAINTEXT"])],
+                              "OTHER": [("other.example", 19092)]}
+    finally:
+        assert_stops_cleanly_but_for(broker, "zookeeper.connect is not used")
+
+
+def assert_stops_cleanly_but_for(broker: BrokerProcess, expected: str) -> None:
+    assert expected in broker.stderr()
+    assert_stops_cleanly(broker)
