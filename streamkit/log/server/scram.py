@@ -17,8 +17,10 @@ The exchange (``ScramServer``), two client messages:
   GS2 header, the nonce the combined one, and ``H(proof XOR HMAC(StoredKey, AuthMessage))``
   must equal StoredKey. Answer ``v=HMAC(ServerKey, AuthMessage)``.
 
-An unknown user is refused at the final step, after a made-up salt, so the first answer does
-not tell which users exist. Every failure is ``ScramError`` whose message names no secret.
+An unknown user is refused at the client-first message, as Kafka's ``ScramSaslServer`` refuses
+it (with the same answer to the client as a wrong password). Every failure is ``ScramError``,
+whose message names no secret; ``client_message`` is set where Kafka tells the client its own
+reason (an authorization id that is not the user), else the client gets Kafka's fixed text.
 """
 
 from __future__ import annotations
@@ -39,6 +41,10 @@ MAX_MESSAGE_BYTES = 4096  # a SCRAM message is a few hundred bytes; more is refu
 
 class ScramError(Exception):
     """A SCRAM exchange or credential that cannot be accepted; the message holds no secret."""
+
+    def __init__(self, message: str, client_message: str | None = None) -> None:
+        super().__init__(message)
+        self.client_message = client_message
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,26 +182,29 @@ class ScramServer:
             raise ScramError("SCRAM channel binding is not supported (only 'n')")
         if authzid and not authzid.startswith("a="):
             raise ScramError("malformed SCRAM authorization identity")
-        attrs = _attributes(bare, "client-first message")
+        # n=USER,r=NONCE then extensions (KEY=VALUE: Kafka's ``tokenauth``, not served here).
+        fields = bare.split(",")
+        if any("=" not in extension for extension in fields[2:]):
+            raise ScramError("malformed SCRAM extension")
+        attrs = _attributes(",".join(fields[:2]), "client-first message")
         if attrs[0][0] == "m":
             raise ScramError("SCRAM mandatory extensions are not supported")
         if len(attrs) < 2 or attrs[0][0] != "n" or attrs[1][0] != "r" or not attrs[1][1]:
             raise ScramError("malformed SCRAM client-first message")
         user = _sasl_name(attrs[0][1])
-        if authzid and _sasl_name(authzid[2:]) != user:
-            raise ScramError("the SCRAM authorization identity is not the user")
-        self._user = user
         self._credential = credential_of.get(user)
+        if self._credential is None:
+            raise ScramError("invalid credentials (no such user)")
+        if authzid and _sasl_name(authzid[2:]) != user:
+            raise ScramError(
+                "the SCRAM authorization identity is not the user",
+                "Authentication failed: Client requested an authorization id that is different from username",
+            )
+        self._user = user
         self._gs2_header = f"{binding},{authzid},"
         self._client_first_bare = bare
         self._nonce = attrs[1][1] + self._server_nonce
-        if self._credential is None:
-            # An unknown user gets a well-formed challenge (with a salt derived from the name,
-            # so it is the same every time) and fails at the proof.
-            salt = hashlib.sha256(b"streamkit-unknown-user:" + user.encode()).digest()
-            iterations = DEFAULT_ITERATIONS
-        else:
-            salt, iterations = self._credential.salt, self._credential.iterations
+        salt, iterations = self._credential.salt, self._credential.iterations
         self._server_first = f"r={self._nonce},s={_b64(salt)},i={iterations}"
         return self._server_first.encode()
 
@@ -216,7 +225,8 @@ class ScramServer:
         without_proof = text[: text.rindex(",p=")]
         auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode()
         credential = self._credential
-        if credential is None or len(proof) != len(credential.stored_key):
+        assert credential is not None
+        if len(proof) != len(credential.stored_key):
             raise ScramError("invalid credentials")
         signature = _hmac(self.mechanism, credential.stored_key, auth_message)
         client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))

@@ -13,8 +13,9 @@ SaslAuthenticate are served (``PRE_AUTH_APIS``); anything else closes it, as Kaf
   that they come as bare size-prefixed frames (``raw_tokens``), answered the same way;
 * PLAIN takes one token ``[authzid] NUL user NUL password`` (authzid empty or the user);
   SCRAM two (``scram.py``);
-* any failure answers SASL_AUTHENTICATION_FAILED with Kafka's fixed message (it names the
-  mechanism, never the user or why) and closes the connection.
+* any failure answers SASL_AUTHENTICATION_FAILED and closes the connection; the message is
+  Kafka's: for SCRAM its fixed text (it names the mechanism, never the user or why), for PLAIN
+  ``PlainSaslServer``'s reason ("Authentication failed: Invalid username or password", ...).
 
 Limits (constants below, documented in ``docs/security.md``): frames before authentication
 are at most ``PRE_AUTH_MAX_FRAME_BYTES`` (Kafka's ``sasl.server.max.receive.size``), and a
@@ -112,11 +113,17 @@ class Session:
             assert scram.username is not None
             self._succeed(scram.username)
             return answer
-        except (ScramError, AuthenticationFailed) as exc:
-            # The reason goes to the log (it names no secret), the client gets Kafka's fixed text.
+        except AuthenticationFailed as exc:
+            # PLAIN: Kafka's PlainSaslServer tells the client its reason (no secret in it).
             logger.info("SASL %s authentication from %s failed: %s", mechanism, self.client_host, exc)
             self.close_after_response = True
-            raise AuthenticationFailed(failure_message(mechanism)) from exc
+            raise
+        except ScramError as exc:
+            # The reason goes to the log; the client gets Kafka's fixed text, which does not say
+            # whether the user exists, or Kafka's own reason where it gives one.
+            logger.info("SASL %s authentication from %s failed: %s", mechanism, self.client_host, exc)
+            self.close_after_response = True
+            raise AuthenticationFailed(exc.client_message or failure_message(mechanism)) from exc
 
     def _succeed(self, user: str) -> None:
         self.principal = f"User:{user}"
@@ -125,17 +132,24 @@ class Session:
 
 
 async def _plain(token: bytes, check_plain: PlainCheck) -> str:
+    """The user of a PLAIN token whose password checks; Kafka's ``PlainSaslServer`` messages."""
     if len(token) > MAX_PLAIN_TOKEN_BYTES:
-        raise AuthenticationFailed("PLAIN token too long")
-    parts = token.split(b"\x00")
-    if len(parts) != 3:
-        raise AuthenticationFailed("malformed PLAIN token")
+        raise AuthenticationFailed(f"Invalid SASL/PLAIN response: longer than {MAX_PLAIN_TOKEN_BYTES} bytes")
     try:
-        authzid, user, password = (p.decode("utf-8") for p in parts)
-    except UnicodeDecodeError as exc:
-        raise AuthenticationFailed("PLAIN token is not UTF-8") from exc
-    if not user or not password or (authzid and authzid != user):
-        raise AuthenticationFailed("malformed PLAIN token")
+        parts = token.decode("utf-8").split("\x00")
+    except UnicodeDecodeError:
+        raise AuthenticationFailed("Invalid SASL/PLAIN response: not UTF-8") from None
+    if len(parts) != 3:
+        raise AuthenticationFailed(f"Invalid SASL/PLAIN response: expected 3 tokens, got {len(parts)}")
+    authzid, user, password = parts
+    if not user:
+        raise AuthenticationFailed("Authentication failed: username not specified")
+    if not password:
+        raise AuthenticationFailed("Authentication failed: password not specified")
     if not await check_plain(user, password):
-        raise AuthenticationFailed("invalid credentials")
+        raise AuthenticationFailed("Authentication failed: Invalid username or password")
+    if authzid and authzid != user:
+        raise AuthenticationFailed(
+            "Authentication failed: Client requested an authorization id that is different from username"
+        )
     return user

@@ -93,8 +93,8 @@ def _aiokafka_settings(broker: BrokerProcess, tls: secured.Tls, mechanism: str, 
 
 async def _aiokafka_round_trip(settings: dict[str, object], topic: str) -> list[bytes]:
     producer = AIOKafkaProducer(**settings)  # type: ignore[arg-type]
-    await producer.start()
     try:
+        await producer.start()
         for i in range(3):
             await producer.send_and_wait(topic, f"v{i}".encode())
     finally:

@@ -179,8 +179,16 @@ async def test_the_handshakes_under_abuse_grant_nothing(secured_broker: tuple[Br
         "half a frame, then silence": lambda: exchange(port, context, struct.pack(">i", 100) + b"\0" * 10),
         "silent after TLS": lambda: exchange(port, context, b""),
     }
+    # Kafka's messages: SCRAM's fixed text, PLAIN's own reason.
+    told = {
+        "scram garbage token": b"Authentication failed during authentication due to invalid credentials "
+                               b"with SASL mechanism SCRAM-SHA-256",
+        "plain wrong password": b"Authentication failed: Invalid username or password",
+        "plain malformed": b"Invalid SASL/PLAIN response: expected 3 tokens, got 1",
+    }
     for name, case in cases.items():
         answer = await case()
+        assert told.get(name, b"") in answer, (name, answer)
         for correlation, body in frames_of(answer):
             # Only handshake (1) and authenticate (2) answers ever come back, and never a finished
             # login: SCRAM's server-final ("v=...") is never sent.
