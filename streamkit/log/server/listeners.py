@@ -224,7 +224,12 @@ def _escape_rdn_value(value: str) -> str:
 
 def principal_from_certificate(cert: dict[str, object] | None) -> str:
     """Kafka's principal for a TLS client: ``User:`` + the subject DN in RFC 2253 order (most
-    specific first, as ``X500Principal.getName()``), or ``User:ANONYMOUS`` without a certificate."""
+    specific first, as ``X500Principal.getName()`` under the DEFAULT ``ssl.principal.mapping.rules``),
+    or ``User:ANONYMOUS`` without a certificate.
+
+    Known difference: an attribute type outside Java's RFC 2253 keywords (``emailAddress``, ...)
+    is written here by its name and value, where Java writes its OID and DER bytes in hex.
+    """
     subject = cert.get("subject") if cert else None
     if not subject or not isinstance(subject, tuple):
         return "User:ANONYMOUS"

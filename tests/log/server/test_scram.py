@@ -187,3 +187,4 @@ def test_server_properties(tmp_path: Path) -> None:
     ]:
         with pytest.raises(ConfigError, match=message):
             read_server_properties(bad, "server.properties", tmp_path)
+
