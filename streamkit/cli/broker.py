@@ -30,7 +30,7 @@ from click.core import ParameterSource
 from streamkit._core.errors import ConfigError, StreamkitError
 from streamkit.cli.common import InputError
 from streamkit.log.server import Broker, BrokerConfig
-from streamkit.log.server.credentials import CredentialStoreError
+from streamkit.log.server.errors import CredentialStoreError
 from streamkit.log.server.listeners import TlsSettings, check_secure, parse_listeners
 from streamkit.log.server.server_properties import read_server_properties
 

@@ -19,13 +19,13 @@ import click
 
 from streamkit.cli.common import InputError
 from streamkit.log.manager import directory_owner
-from streamkit.log.server.credentials import CredentialStore, CredentialStoreError, check_user_name
+from streamkit.log.server.credentials import CredentialStore, check_user_name
+from streamkit.log.server.errors import CredentialStoreError, ScramError
 from streamkit.log.server.scram import (
     DEFAULT_ITERATIONS,
     MAX_ITERATIONS,
     MECHANISMS,
     MIN_ITERATIONS,
-    ScramError,
 )
 
 _DATA_DIR = click.option(

@@ -29,8 +29,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from streamkit._core.errors import StreamkitError
 from streamkit.log.partition import fsync_dir
+from streamkit.log.server.errors import CredentialStoreError
 from streamkit.log.server.scram import (
     MECHANISMS,
     SHA_256,
@@ -44,12 +44,6 @@ from streamkit.log.server.scram import (
 FILE_NAME = "credentials.json"
 FORMAT_VERSION = 1
 MAX_USER_NAME_CHARS = 256
-
-
-class CredentialStoreError(StreamkitError):
-    """The credential file is damaged or cannot be written."""
-
-    retriable = False
 
 
 def store_path(data_dir: Path) -> Path:

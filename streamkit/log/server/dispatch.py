@@ -39,7 +39,11 @@ from streamkit.log.server.codec import (
     is_implemented,
     peek_header,
 )
-from streamkit.log.server.errors import ServerError, UnsupportedRequestError
+from streamkit.log.server.errors import (
+    AuthenticationFailed,
+    UnauthenticatedRequestError,
+    UnsupportedRequestError,
+)
 from streamkit.log.server.frames import (
     FetchAnswer,
     Part,
@@ -47,7 +51,7 @@ from streamkit.log.server.frames import (
     encode_fetch_response,
 )
 from streamkit.log.server.listeners import Listener
-from streamkit.log.server.session import ANONYMOUS, AuthenticationFailed, Session
+from streamkit.log.server.session import ANONYMOUS, Session
 from streamkit.log.server.state import BrokerState
 
 _MAX_HEADER_V1 = 10 + 0x7FFF
@@ -95,10 +99,6 @@ SESSION_HANDLERS: dict[int, SessionHandler] = {
     apis.SASL_HANDSHAKE: sasl_apis.sasl_handshake,
     apis.SASL_AUTHENTICATE: sasl_apis.sasl_authenticate,
 }
-
-
-class UnauthenticatedRequestError(ServerError):
-    """A request other than ApiVersions or SASL before SASL authentication succeeded."""
 
 
 class Dispatcher:

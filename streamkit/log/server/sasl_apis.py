@@ -12,8 +12,8 @@ request in one write; the file is replaced in a worker thread under ``credential
 from __future__ import annotations
 
 from streamkit.log.server.codec import RequestHeader
-from streamkit.log.server.credentials import CredentialStoreError
 from streamkit.log.server.error_codes import ErrorCode
+from streamkit.log.server.errors import AuthenticationFailed, CredentialStoreError, ScramError
 from streamkit.log.server.messages import (
     AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,
@@ -31,10 +31,9 @@ from streamkit.log.server.scram import (
     BY_TYPE,
     MAX_ITERATIONS,
     MIN_ITERATIONS,
-    ScramError,
     credential_from_salted,
 )
-from streamkit.log.server.session import AuthenticationFailed, Session
+from streamkit.log.server.session import Session
 from streamkit.log.server.state import BrokerState
 
 _TWICE = "A user credential cannot be altered twice in the same request"

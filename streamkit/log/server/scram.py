@@ -31,6 +31,8 @@ import hmac
 import secrets
 from dataclasses import dataclass
 
+from streamkit.log.server.errors import ScramError
+
 MIN_ITERATIONS = 4096  # RFC 7677 and Kafka's ScramMechanism minimum
 MAX_ITERATIONS = 16384  # Kafka refuses more in AlterUserScramCredentials
 DEFAULT_ITERATIONS = 8192
@@ -38,13 +40,6 @@ SALT_BYTES = 32
 NONCE_BYTES = 24
 MAX_MESSAGE_BYTES = 4096  # a SCRAM message is a few hundred bytes; more is refused
 
-
-class ScramError(Exception):
-    """A SCRAM exchange or credential that cannot be accepted; the message holds no secret."""
-
-    def __init__(self, message: str, client_message: str | None = None) -> None:
-        super().__init__(message)
-        self.client_message = client_message
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 
 from streamkit.log.server import apis
 from streamkit.log.server.credentials import CredentialStore
+from streamkit.log.server.errors import AuthenticationFailed, ScramError
 from streamkit.log.server.listeners import Listener
-from streamkit.log.server.scram import MECHANISMS, ScramError, ScramServer
+from streamkit.log.server.scram import MECHANISMS, ScramServer
 
 logger = logging.getLogger(__name__)
 
@@ -47,10 +48,6 @@ MAX_PLAIN_TOKEN_BYTES = 2048
 # ``await check(user, password)``: whether the password is the user's (the blocking PBKDF2
 # runs off the event loop).
 PlainCheck = Callable[[str, str], Awaitable[bool]]
-
-
-class AuthenticationFailed(Exception):
-    """The client's credentials were refused; ``str`` is what the client is told."""
 
 
 def failure_message(mechanism: str) -> str:

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from streamkit._core.errors import ConfigError
-from streamkit.log.server.credentials import CredentialStore, CredentialStoreError
+from streamkit.log.server.credentials import CredentialStore
+from streamkit.log.server.errors import CredentialStoreError, ScramError
 from streamkit.log.server.listeners import (
     Listener,
     TlsSettings,
@@ -23,7 +24,6 @@ from streamkit.log.server.listeners import (
 from streamkit.log.server.scram import (
     SHA_256,
     SHA_512,
-    ScramError,
     ScramServer,
     credential_from_salted,
     make_credential,
