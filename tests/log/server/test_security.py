@@ -3,7 +3,8 @@ support, wrong passwords refused, nothing before authentication, mTLS, secure by
 
 One broker for the module, started as users start it: users added with ``streamkit users add
 --password-file``, then ``streamkit broker --listener PLAINTEXT://127.0.0.1:0 --listener
-SASL_SSL://127.0.0.1:0 --ssl-keystore server.pem`` (the test CA from ``tests/support/secured.py``).
+SASL_SSL://127.0.0.1:0 --listener SASL_PLAINTEXT://127.0.0.1:0 --ssl-keystore server.pem`` (the
+test CA from ``tests/support/secured.py``).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def sasl_broker(tls: secured.Tls, tmp_path_factory: pytest.TempPathFactory) -> I
     assert added.returncode == 0, added.stderr
     broker = BrokerProcess(
         data_dir, "--listener", "PLAINTEXT://127.0.0.1:0", "--listener", "SASL_SSL://127.0.0.1:0",
-        "--ssl-keystore", str(tls.server),
+        "--listener", "SASL_PLAINTEXT://127.0.0.1:0", "--ssl-keystore", str(tls.server),
     ).start()
     yield broker
     assert_stops_cleanly(broker)
@@ -117,6 +118,14 @@ def test_aiokafka_produces_and_consumes_over_sasl_ssl(sasl_broker: BrokerProcess
     topic = f"aio-{mechanism.lower()}-{uuid.uuid4().hex[:6]}"
     settings = _aiokafka_settings(sasl_broker, tls, mechanism, PASSWORD)
     assert asyncio.run(_aiokafka_round_trip(settings, topic)) == [b"v0", b"v1", b"v2"]
+
+
+def test_aiokafka_over_sasl_plaintext(sasl_broker: BrokerProcess) -> None:
+    settings = {
+        "bootstrap_servers": f"127.0.0.1:{sasl_broker.listeners['SASL_PLAINTEXT']}", "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": USER, "sasl_plain_password": PASSWORD,
+    }
+    assert asyncio.run(_aiokafka_round_trip(settings, f"aio-sasl-plain-{uuid.uuid4().hex[:6]}")) == [b"v0", b"v1", b"v2"]
 
 
 def test_aiokafka_wrong_password_is_refused(sasl_broker: BrokerProcess, tls: secured.Tls) -> None:

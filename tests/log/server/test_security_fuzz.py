@@ -227,3 +227,24 @@ async def test_mtls_principal_is_the_certificate_subject(tmp_path: Path) -> None
             writer.close()
             await asyncio.sleep(0.1)
         assert principals == ["User:CN=alice,OU=tests,O=streamkit", "User:ANONYMOUS", "User:ANONYMOUS"]
+
+
+async def test_a_v0_handshake_takes_bare_tokens(secured_broker: tuple[Broker, secured.Tls]) -> None:
+    """SaslHandshake v0 (old clients): the token follows as a bare size-prefixed frame, the
+    answer likewise; after it the connection is logged in and Metadata is answered."""
+    broker, tls = secured_broker
+    context = ssl.create_default_context(cafile=str(tls.ca))
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", broker.ports["SASL_SSL"], ssl=context, server_hostname="127.0.0.1")
+    try:
+        token = f"\0{USER}\0{PASSWORD}".encode()
+        writer.write(request(17, 0, 1, string("PLAIN")) + struct.pack(">i", len(token)) + token + metadata_for("v0-ok"))
+        handshake_size = struct.unpack(">i", await reader.readexactly(4))[0]
+        answer = await reader.readexactly(handshake_size)
+        assert struct.unpack(">ih", answer[:6]) == (1, 0)  # correlation 1, no error
+        assert await reader.readexactly(4) == b"\0\0\0\0"  # PLAIN's empty server token, bare
+        size = struct.unpack(">i", await reader.readexactly(4))[0]
+        metadata = await reader.readexactly(size)
+        assert struct.unpack(">i", metadata[:4]) == (9,) and b"v0-ok" in metadata
+    finally:
+        writer.close()
