@@ -193,6 +193,8 @@ def server_ssl_context(tls: TlsSettings) -> ssl.SSLContext:
 
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, ssl.SSLError):
+        if "PEM lib" in str(exc):  # OpenSSL's word for "no key, or no certificate, in it"
+            return "not a PEM file with a private key and its certificate (or a wrong ssl.key.password)"
         return exc.reason or str(exc)
     if isinstance(exc, OSError):
         return exc.strerror or str(exc)
