@@ -20,6 +20,7 @@ from streamkit.log.server.listeners import (
     parse_listeners,
     parse_protocol_map,
     principal_from_certificate,
+    server_ssl_context,
 )
 from streamkit.log.server.scram import (
     SHA_256,
@@ -188,3 +189,12 @@ def test_server_properties(tmp_path: Path) -> None:
         with pytest.raises(ConfigError, match=message):
             read_server_properties(bad, "server.properties", tmp_path)
 
+
+
+def test_an_unusable_key_store_is_one_line(tmp_path: Path) -> None:
+    not_pem = tmp_path / "server.pem"
+    not_pem.write_text("not a certificate\n")
+    with pytest.raises(ConfigError, match="not a PEM file with a private key and its certificate"):
+        server_ssl_context(TlsSettings(keystore=not_pem))
+    with pytest.raises(ConfigError, match="No such file or directory"):
+        server_ssl_context(TlsSettings(keystore=tmp_path / "missing.pem"))
