@@ -381,6 +381,13 @@ def test_a_damaged_credential_file_stops_the_broker_with_one_line(tmp_path: Path
     assert done.stderr.strip().splitlines() == [f"streamkit: error: the credential file {path} is damaged (checksum mismatch)"]
 
 
+def test_users_refuses_a_directory_a_broker_serves(sasl_broker: BrokerProcess) -> None:
+    done = streamkit("users", "list", "--data-dir", str(sasl_broker.data_dir))
+    assert done.returncode == 2
+    assert done.stderr.startswith("streamkit: error: a running process (pid ") and "kafka-configs --alter" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
 def test_users_add_list_delete(tmp_path: Path) -> None:
     data_dir = str(tmp_path / "data")
     password_file = tmp_path / "pw"
