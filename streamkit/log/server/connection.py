@@ -12,7 +12,7 @@ Invariants:
   written, so the order holds;
 * on a SASL listener, frames before authentication are bounded by
   ``session.PRE_AUTH_MAX_FRAME_BYTES``, a connection not authenticated within
-  ``session.AUTH_TIMEOUT_MS`` is closed by the sweep, and a refused handshake or login
+  ``BrokerConfig.authentication_timeout_ms`` is closed by the sweep, and a refused handshake or login
   closes the connection right after its answer (``session.py``);
 * a request that has not arrived whole ``request_timeout_ms`` after it started arriving, and
   a connection with no request for ``connections_max_idle_ms`` (none in progress), are

@@ -9,8 +9,8 @@ Each connection's ``Session`` (``session.py``) comes along: before SASL authenti
 ApiVersions, SaslHandshake and SaslAuthenticate pass (anything else raises, closing the
 connection, as Kafka), after SaslHandshake v0 a frame is a bare SASL token, and the SASL
 handlers (``SESSION_HANDLERS``) take the session. Every handler finds the connection's
-listener name and principal in ``header.listener`` and ``header.principal``. Without a session (in-process callers and
-tests) a request is served as on a PLAINTEXT listener.
+listener name and principal in ``header.listener`` and ``header.principal``. Without a
+session (in-process callers and tests) a request is served as on a PLAINTEXT listener.
 """
 
 from __future__ import annotations
