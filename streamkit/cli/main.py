@@ -116,6 +116,12 @@ def _topics() -> click.Command:
     return topics
 
 
+def _users() -> click.Command:
+    from streamkit.cli.users import users
+
+    return users
+
+
 def _worker() -> click.Command:
     from streamkit.cli.apps import worker
 
@@ -143,6 +149,7 @@ COMMANDS: dict[str, LazyCommand] = {
     ),
     "tables": LazyCommand(_tables, "Query an app's tables: through a running worker, or its state directory."),
     "topics": LazyCommand(_topics, "Create, list, describe, alter and delete topics."),
+    "users": LazyCommand(_users, "Add, list and delete the SASL users (SCRAM and PLAIN) of a streamkit broker data directory."),
     "worker": LazyCommand(_worker, "Run an app's agents, timers and tasks until SIGTERM or Ctrl-C."),
 }
 

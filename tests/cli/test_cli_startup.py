@@ -105,7 +105,7 @@ def test_every_command_is_listed_and_runs_its_help() -> None:
     runner = CliRunner()
     listing = runner.invoke(cli, ["--help"], catch_exceptions=False).output
     assert sorted(COMMANDS) == ["acls", "agents", "backfill", "broker", "consume", "log", "produce", "send",
-                                "tables", "topics", "worker"]
+                                "tables", "topics", "users", "worker"]
     for name in COMMANDS:
         assert f"\n  {name} " in listing, listing
         result = runner.invoke(cli, [name, "--help"], catch_exceptions=False)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 _LISTENING = re.compile(r"streamkit broker listening on (\S+):(\d+) \(data: (.*)\)")
+_LISTENER = re.compile(r"(\w+)://(\S*):(\d+)")
 START_TIMEOUT_S = 30
 STREAMKIT = Path(sys.executable).parent / "streamkit"  # the console script of this venv
 STOP_TIMEOUT_S = 30
@@ -36,6 +37,7 @@ class BrokerProcess:
         self.args = list(args)
         self.host = "127.0.0.1"
         self.port = 0
+        self.listeners: dict[str, int] = {}  # listener name -> port, with --listener
         self.proc: subprocess.Popen[str] | None = None
         self.stderr_path = data_dir.parent / f"{data_dir.name}-broker.stderr"
         self.starts = 0
@@ -66,6 +68,8 @@ class BrokerProcess:
             self.kill()
             raise RuntimeError(f"broker did not start: {line!r}\n{self.stderr()}")
         self.host, self.port = match.group(1), int(match.group(2))
+        _, _, listeners = (line or "").partition("; listeners ")
+        self.listeners = {name: int(port) for name, _, port in _LISTENER.findall(listeners)}
         return self
 
     def stop(self, sig: int = signal.SIGTERM) -> int:

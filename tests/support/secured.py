@@ -2,7 +2,8 @@
 
 ``make_tls(dir)`` makes, with ``openssl`` (a few milliseconds, P-256 keys), a test CA, a server
 certificate signed by it for 127.0.0.1 and localhost (so hostname checking passes), and a
-second CA that signed nothing (a client trusting only it must refuse the broker).
+second CA that signed nothing (a client trusting only it must refuse the broker);
+``make_client_cert`` signs a client certificate with the test CA (mTLS).
 ``listener_properties`` are the broker settings of a ``SASL_SSL`` listener: Kafka's PEM key
 store (the server's PKCS#8 key and certificate chain in one file), SCRAM-SHA-256/512 and PLAIN
 enabled, PLAIN users in the listener's JAAS config; ``scram_format_args`` are the
@@ -48,6 +49,16 @@ def make_tls(directory: Path) -> Tls:
     server = d / "server.pem"
     server.write_text((d / "server.key").read_text() + (d / "server.crt").read_text() + (d / "ca.pem").read_text())
     return Tls(ca=d / "ca.pem", server=server, other_ca=d / "other-ca.pem")
+
+
+def make_client_cert(tls: Tls, name: str, subject: str) -> tuple[Path, Path]:
+    """A client certificate signed by ``tls.ca`` for ``subject`` (``/O=.../CN=...``): (cert, key)."""
+    d = tls.ca.parent
+    key, csr, cert = d / f"{name}.key", d / f"{name}.csr", d / f"{name}.crt"
+    _openssl("req", *_CURVE, "-keyout", str(key), "-out", str(csr), "-subj", subject)
+    _openssl("x509", "-req", "-in", str(csr), "-CA", str(tls.ca), "-CAkey", str(d / "ca.key"),
+             "-CAcreateserial", "-out", str(cert), "-days", "3")
+    return cert, key
 
 
 def listener_properties(tls: Tls) -> dict[str, str]:

@@ -26,6 +26,13 @@ Two deliberate differences between advertised and served:
   DescribeTransactions, ListTransactions) are listed only when the transaction coordinator is
   enabled (``BrokerConfig.transactions``, on by default).
 
+Security (issue 27): SaslHandshake v0-1 and SaslAuthenticate v0-2 (as Kafka 4.4),
+DescribeUserScramCredentials v0 and AlterUserScramCredentials v0 (``kafka-configs
+--entity-type users``; Kafka has v0 only). Not DescribeClientQuotas,
+which ``kafka-configs --describe --entity-type users`` asks first: listing it makes
+kafka-python infer Kafka 2.6 and count on InitProducerId v3 epoch bumps (KIP-360) that this
+broker does not serve, so that describe fails here until both are served.
+
 kafka-python infers the broker version (2, 4) from this table.
 """
 
@@ -44,6 +51,7 @@ LEAVE_GROUP = 13
 SYNC_GROUP = 14
 DESCRIBE_GROUPS = 15
 LIST_GROUPS = 16
+SASL_HANDSHAKE = 17
 API_VERSIONS = 18
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
@@ -59,9 +67,12 @@ DELETE_ACLS = 31
 DESCRIBE_CONFIGS = 32
 ALTER_CONFIGS = 33
 DESCRIBE_LOG_DIRS = 35
+SASL_AUTHENTICATE = 36
 CREATE_PARTITIONS = 37
 DELETE_GROUPS = 42
 INCREMENTAL_ALTER_CONFIGS = 44
+DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+ALTER_USER_SCRAM_CREDENTIALS = 51
 DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
 
@@ -80,6 +91,7 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     SYNC_GROUP: (0, 3),
     DESCRIBE_GROUPS: (0, 3),
     LIST_GROUPS: (0, 1),
+    SASL_HANDSHAKE: (0, 1),
     API_VERSIONS: (0, 3),
     CREATE_TOPICS: (2, 4),
     DELETE_TOPICS: (1, 3),
@@ -91,9 +103,12 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     CREATE_ACLS: (1, 1),
     DELETE_ACLS: (1, 1),
     DESCRIBE_LOG_DIRS: (1, 4),
+    SASL_AUTHENTICATE: (0, 2),
     CREATE_PARTITIONS: (0, 1),
     DELETE_GROUPS: (0, 1),
     INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 
 TRANSACTION_APIS: dict[int, tuple[int, int]] = {

@@ -2,9 +2,11 @@
 
 Lifecycle (``async with Broker(...)`` or ``start`` / ``aclose``):
 
-* ``start`` opens the log (off the event loop: recovery may scan segments), starts the group
-  coordinator, registers the append listener that wakes long-polling fetches and binds the
-  listening socket; only then is ``port`` known;
+* ``start`` opens the log (off the event loop: recovery may scan segments), loads the user
+  credentials (a damaged file stops the start: ``CredentialStoreError``), builds the TLS
+  context, starts the group coordinator, registers the append listener that wakes
+  long-polling fetches and binds one socket per listener (``listeners.py``); only then are
+  ``port`` (the first listener's) and ``ports`` known;
 * ``aclose`` stops accepting, closes every connection (cancelling requests in progress),
   closes the coordinator (it answers parked joins), waits for every worker-thread append,
   writes the producer-state snapshots and closes the log, which flushes every partition and
@@ -19,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -34,9 +37,16 @@ from streamkit.log.server.acl_store import AclStore, acl_path
 from streamkit.log.server.authorizer import AuthorizerSettings
 from streamkit.log.server.config import BrokerConfig
 from streamkit.log.server.connection import FrameProtocol, serve_connection
+from streamkit.log.server.credentials import CredentialStore
 from streamkit.log.server.dispatch import Dispatcher
 from streamkit.log.server.group_sync import GroupSync
+from streamkit.log.server.listeners import (
+    Listener,
+    principal_from_certificate,
+    server_ssl_context,
+)
 from streamkit.log.server.notifier import AppendNotifier
+from streamkit.log.server.session import ANONYMOUS, Session
 from streamkit.log.server.state import BrokerState, load_cluster_id
 from streamkit.log.txn.coordinator import TransactionCoordinator
 
@@ -70,7 +80,7 @@ class Broker:
         self._group_config = group_config
         self._log: LogManager | None = None
         self._state: BrokerState | None = None
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
         self._connections: dict[asyncio.Task[None], FrameProtocol] = {}
         self._stack = contextlib.AsyncExitStack()
         self._tasks: asyncio.TaskGroup | None = None
@@ -82,6 +92,13 @@ class Broker:
         if self._state is None:
             raise RuntimeError("the broker is not started")
         return self._state.port
+
+    @property
+    def ports(self) -> dict[str, int]:
+        """Listener name -> the port it is bound to."""
+        if self._state is None:
+            raise RuntimeError("the broker is not started")
+        return dict(self._state.listener_ports)
 
     @property
     def producers(self) -> ProducerStates:
@@ -108,7 +125,7 @@ class Broker:
 
     @property
     def host(self) -> str:
-        return self.config.host
+        return self.config.effective_listeners[0].host
 
     @property
     def log(self) -> LogManager:
@@ -119,6 +136,8 @@ class Broker:
     async def start(self) -> None:
         if self._state is not None:
             return
+        credentials = CredentialStore.for_data_dir(self.data_dir)
+        await asyncio.to_thread(credentials.load)  # before the log: a damaged file stops here
         log = LogManager(
             self.data_dir,
             defaults=self._topic_defaults,
@@ -127,14 +146,15 @@ class Broker:
         await asyncio.to_thread(log.open)
         self._log = log
         try:
-            await self._start_serving(log)
+            await self._start_serving(log, credentials)
         except BaseException:
             await asyncio.to_thread(log.close)
             self._log = None
             raise
 
-    async def _start_serving(self, log: LogManager) -> None:
+    async def _start_serving(self, log: LogManager, credentials: CredentialStore) -> None:
         loop = asyncio.get_running_loop()
+        tls = server_ssl_context(self.config.tls) if self.config.tls is not None else None
         producers = ProducerStates(self.data_dir, trust_snapshots=log.clean_shutdown)
         notifier = AppendNotifier(loop)
         log.add_append_listener(notifier.on_append)
@@ -148,6 +168,7 @@ class Broker:
             coordinator=coordinator,
             cluster_id=load_cluster_id(self.data_dir),
             api_table=apis.advertised(transactions=self.config.transactions),
+            credentials=credentials,
         )
         if self.config.transactions:
             state.transactions = TransactionCoordinator(
@@ -168,24 +189,30 @@ class Broker:
             if state.transactions is not None:
                 await state.transactions.recover()
             self._tasks = await self._stack.enter_async_context(asyncio.TaskGroup())
-            self._server = await loop.create_server(
-                lambda: FrameProtocol(
-                    lambda protocol: self._accept(protocol, dispatcher),
-                    max_frame_bytes=self.config.max_frame_bytes,
-                    max_in_flight=self.config.max_in_flight,
-                ),
-                self.config.host,
-                self.config.port,
-                reuse_address=True,
-            )
+            for listener in self.config.effective_listeners:
+                server = await loop.create_server(
+                    self._protocol_factory(listener, dispatcher),
+                    listener.host or None,
+                    listener.port,
+                    reuse_address=True,
+                    ssl=tls if listener.tls else None,
+                    ssl_handshake_timeout=self.config.authentication_timeout_ms / 1000 if listener.tls else None,
+                )
+                self._servers.append(server)
+                state.listener_ports[listener.name] = server.sockets[0].getsockname()[1]
         except BaseException:
+            for server in self._servers:
+                server.close()
             await self._stack.aclose()  # no task was started yet
             await coordinator.aclose()
             await state.drain_blocking()
             raise
-        state.port = self._server.sockets[0].getsockname()[1]
-        # Other processes pointed at this data directory reach the log through us.
-        write_owner(self.data_dir, self.config.advertised, state.port)
+        first = self.config.effective_listeners[0]
+        state.port = state.listener_ports[first.name]
+        # Other processes pointed at this data directory reach the log through us: through a
+        # PLAINTEXT listener if there is one (they are not given credentials).
+        owner = next((lst for lst in self.config.effective_listeners if lst.security_protocol == "PLAINTEXT"), first)
+        write_owner(self.data_dir, state.advertised_address(owner.name)[0], state.listener_ports[owner.name])
         self._state = state
         if state.transactions is not None:
             self._background.append(self._tasks.create_task(self._expire_transactions(state.transactions)))
@@ -214,7 +241,25 @@ class Broker:
             except (LogError, OSError):
                 logger.exception("could not expire transactions")
 
-    def _accept(self, protocol: FrameProtocol, dispatcher: Dispatcher) -> None:
+    def _protocol_factory(self, listener: Listener, dispatcher: Dispatcher) -> Callable[[], FrameProtocol]:
+        def make() -> FrameProtocol:
+            return FrameProtocol(
+                lambda protocol: self._accept(protocol, dispatcher, listener),
+                max_frame_bytes=self.config.max_frame_bytes,
+                max_in_flight=self.config.max_in_flight,
+            )
+
+        return make
+
+    def _accept(self, protocol: FrameProtocol, dispatcher: Dispatcher, listener: Listener) -> None:
+        principal = ANONYMOUS
+        if listener.tls and not listener.sasl and protocol.transport is not None:
+            principal = principal_from_certificate(protocol.transport.get_extra_info("peercert"))
+        peer = protocol.peer
+        client_host = peer[0] if isinstance(peer, tuple) and peer else ""
+        protocol.session = Session.open(
+            listener, client_host, principal, asyncio.get_running_loop().time(), self.config.authentication_timeout_ms
+        )
         if self._tasks is None or self._closed or len(self._connections) >= self.config.max_connections:
             assert protocol.transport is not None
             protocol.transport.close()
@@ -241,8 +286,8 @@ class Broker:
         if self._closed:
             return
         self._closed = True
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for task in list(self._tasks_to_cancel()):
             task.cancel()
         await self._stack.aclose()  # waits for the connection tasks
@@ -254,9 +299,9 @@ class Broker:
             await state.coordinator.aclose()
             await state.drain_blocking()
             state.notifier.wake_all()
-        if self._server is not None:
+        for server in self._servers:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), timeout=1.0)
+                await asyncio.wait_for(server.wait_closed(), timeout=1.0)
         if self._log is not None:
             remove_owner(self.data_dir)
             await asyncio.to_thread(self._close_log, state)

@@ -48,10 +48,9 @@ async def api_versions(
     )
 
 
-def _broker(state: BrokerState) -> MetadataResponseBroker:
-    return MetadataResponseBroker(
-        node_id=state.config.node_id, host=state.config.advertised, port=state.port, rack=None
-    )
+def _broker(state: BrokerState, listener: str) -> MetadataResponseBroker:
+    host, port = state.advertised_address(listener)
+    return MetadataResponseBroker(node_id=state.config.node_id, host=host, port=port, rack=None)
 
 
 async def metadata(
@@ -80,7 +79,7 @@ async def metadata(
             continue
         topics.append(await _topic_metadata(state, name, allow_create))
     return MetadataResponse(
-        brokers=[_broker(state)],
+        brokers=[_broker(state, header.listener)],
         cluster_id=state.cluster_id,
         controller_id=state.config.node_id,
         topics=topics,
@@ -149,6 +148,5 @@ async def find_coordinator(
         return FindCoordinatorResponse(
             error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, node_id=-1, host="", port=-1
         )
-    return FindCoordinatorResponse(
-        node_id=state.config.node_id, host=state.config.advertised, port=state.port
-    )
+    host, port = state.advertised_address(header.listener)
+    return FindCoordinatorResponse(node_id=state.config.node_id, host=host, port=port)

@@ -68,14 +68,17 @@ class RequestHeader:
     client_id: str | None
     client_host: str = ""  # the peer's address
     size_v1: int = 0  # bytes of the header read as v1 (v2 adds tagged fields after them)
-    principal: str = "User:ANONYMOUS"  # the connection's (Kafka's on PLAINTEXT), for the authorizer
+    listener: str = ""  # the name of the listener the request came in on
+    principal: str = "User:ANONYMOUS"  # the connection's (``session.Session.principal``)
 
 
 _read_header_v1 = entity_reader(_KioHeaderV1)
 _read_header_v2 = entity_reader(_KioHeaderV2)
 
 
-def peek_header(frame: bytes, client_host: str = "", principal: str = "User:ANONYMOUS") -> RequestHeader:
+def peek_header(
+    frame: bytes, client_host: str = "", listener: str = "", principal: str = "User:ANONYMOUS"
+) -> RequestHeader:
     """Read the header of a request of any API and version (header v1 is a prefix of v2)."""
     if len(frame) < _KEY_VERSION.size:
         raise MalformedRequestError(f"request of {len(frame)} bytes is shorter than a header")
@@ -90,6 +93,7 @@ def peek_header(frame: bytes, client_host: str = "", principal: str = "User:ANON
         kio_header.client_id,
         client_host,
         size,
+        listener,
         principal,
     )
 

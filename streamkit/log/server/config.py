@@ -1,10 +1,21 @@
-"""Settings of one wire server (``streamkit broker``), a frozen value."""
+"""Settings of one wire server (``streamkit broker``), a frozen value.
+
+Listeners and TLS settings are ``listeners.py``'s values; with no listeners the server has one
+PLAINTEXT listener at ``host:port`` (the dev mode, and what ``--host/--port`` mean).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from streamkit._core.errors import ConfigError
+from streamkit.log.server.listeners import (
+    DEFAULT_SASL_MECHANISMS,
+    Listener,
+    TlsSettings,
+    check_mechanisms,
+)
+from streamkit.log.server.session import AUTH_TIMEOUT_MS
 
 DEFAULT_PORT = 9092
 MIB = 1024 * 1024
@@ -41,10 +52,20 @@ class BrokerConfig:
     # Kafka's ACLs (``acl_store.py``): off, every request is allowed and the ACL APIs answer
     # SECURITY_DISABLED, as Kafka without ``authorizer.class.name``.
     authorizer: bool = False
-    super_users: frozenset[str] = frozenset()  # Kafka's super.users
+    super_users: frozenset[str] = frozenset()  # Kafka's super.users, principals such as User:admin
     allow_everyone_if_no_acl_found: bool = False  # Kafka's allow.everyone.if.no.acl.found
+    # Security (``listeners.py``, ``session.py``): empty ``listeners`` is one PLAINTEXT listener
+    # at host:port; ``tls`` serves the SSL and SASL_SSL listeners.
+    listeners: tuple[Listener, ...] = ()
+    tls: TlsSettings | None = None
+    sasl_mechanisms: tuple[str, ...] = DEFAULT_SASL_MECHANISMS
+    # A connection to a TLS or SASL listener must finish its TLS handshake and SASL login within
+    # this long of connecting, or it is closed (``session.py``): a slow or silent client cannot
+    # hold a connection slot.
+    authentication_timeout_ms: int = AUTH_TIMEOUT_MS
 
     def __post_init__(self) -> None:
+        check_mechanisms(self.sasl_mechanisms)
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be within 0-65535, not {self.port}")
         if self.default_partitions < 1:
@@ -53,8 +74,8 @@ class BrokerConfig:
             raise ConfigError("the maximum frame size must be at least 1024 bytes")
         if self.max_in_flight < 1 or self.max_connections < 1:
             raise ConfigError("in-flight and connection limits must be at least 1")
-        if self.request_timeout_ms < 1 or self.connections_max_idle_ms < 1:
-            raise ConfigError("the request and idle timeouts must be at least 1 ms")
+        if self.request_timeout_ms < 1 or self.connections_max_idle_ms < 1 or self.authentication_timeout_ms < 1:
+            raise ConfigError("the request, idle and authentication timeouts must be at least 1 ms")
         for principal in self.super_users:
             kind, sep, name = principal.partition(":")
             if not (kind and sep and name):
@@ -65,3 +86,9 @@ class BrokerConfig:
     @property
     def advertised(self) -> str:
         return self.advertised_host or self.host
+
+    @property
+    def effective_listeners(self) -> tuple[Listener, ...]:
+        if self.listeners:
+            return self.listeners
+        return (Listener("PLAINTEXT", "PLAINTEXT", self.host, self.port, self.advertised_host),)

@@ -8,7 +8,12 @@ Invariants:
   held back once the queue is empty (a client waiting for an answer always gets it);
 * a response is a list of parts (``frames.py``): bytes are written, a ``FileRange`` of
   verified segment bytes goes out with ``loop.sendfile`` (``sendfile(2)`` where the
-  transport allows it) once everything before it is written, so the order holds;
+  transport allows it; read and written on a TLS listener) once everything before it is
+  written, so the order holds;
+* on a SASL listener, frames before authentication are bounded by
+  ``session.PRE_AUTH_MAX_FRAME_BYTES``, a connection not authenticated within
+  ``BrokerConfig.authentication_timeout_ms`` is closed by the sweep, and a refused handshake or login
+  closes the connection right after its answer (``session.py``);
 * a request that has not arrived whole ``request_timeout_ms`` after it started arriving, and
   a connection with no request for ``connections_max_idle_ms`` (none in progress), are
   closed (``FrameProtocol.stale``, checked by the broker's sweep): a client that sends half
@@ -37,6 +42,7 @@ from streamkit.log.segment import FileRange
 from streamkit.log.server.dispatch import Dispatcher
 from streamkit.log.server.errors import ServerError
 from streamkit.log.server.frames import Part
+from streamkit.log.server.session import PRE_AUTH_MAX_FRAME_BYTES, Session
 
 logger = logging.getLogger(__name__)
 
@@ -64,8 +70,8 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self._max_in_flight = max_in_flight
         self.transport: asyncio.Transport | None = None
         self.peer: object = None
-        # Who the authorizer sees: Kafka's principal on a PLAINTEXT listener (TLS/SASL set it).
-        self.principal = "User:ANONYMOUS"
+        # The connection's listener, principal and SASL state, set by the broker on accept.
+        self.session: Session | None = None
         self._staging = bytearray(_STAGING_BYTES)
         self._filled = 0
         self._large: bytearray | None = None  # a frame too big for staging, being received
@@ -112,7 +118,9 @@ class FrameProtocol(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool:
         self._end()
-        return True  # keep the transport open: responses already due still go out
+        # Keep the transport open: responses already due still go out. (An SSL transport
+        # cannot half-close and warns about True, so it is not asked to.)
+        return not (self.session is not None and self.session.listener.tls)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost_exc = exc or ConnectionResetError("connection lost")
@@ -142,10 +150,13 @@ class FrameProtocol(asyncio.BufferedProtocol):
         filled = self._filled
         while not self._ended and filled - pos >= 4:
             (size,) = _SIZE.unpack_from(staging, pos)
-            if size < _MIN_FRAME or size > self._max_frame_bytes:
+            limit = self._max_frame_bytes
+            if self.session is not None and not self.session.authenticated:
+                limit = min(limit, PRE_AUTH_MAX_FRAME_BYTES)
+            if size < _MIN_FRAME or size > limit:
                 logger.warning(
                     "closing connection %s: frame size %d outside [%d, %d]",
-                    self.peer, size, _MIN_FRAME, self._max_frame_bytes,
+                    self.peer, size, _MIN_FRAME, limit,
                 )
                 self._end()
                 break
@@ -223,6 +234,9 @@ class FrameProtocol(asyncio.BufferedProtocol):
             self._partial_since = None
         if self._ended:
             return None
+        session = self.session
+        if session is not None and session.auth_deadline is not None and now >= session.auth_deadline:
+            return "not authenticated in time"
         if self._filled or self._large is not None:
             if self._partial_since is None:
                 self._partial_since = now
@@ -293,7 +307,7 @@ async def _answer(protocol: FrameProtocol, dispatcher: Dispatcher, peer: object)
                 return
             protocol.handling = True
             try:
-                response = await dispatcher.handle(frame, client_host, protocol.principal)
+                response = await dispatcher.handle(frame, client_host, protocol.session)
             except ServerError as exc:
                 logger.warning("closing connection %s: %s", peer, exc)
                 return
@@ -306,6 +320,9 @@ async def _answer(protocol: FrameProtocol, dispatcher: Dispatcher, peer: object)
             if response is not None:
                 ready += response
                 ready_bytes += sum(len(part) for part in response)
+            if protocol.session is not None and protocol.session.close_after_response:
+                logger.info("closing connection %s: SASL handshake or authentication refused", peer)
+                return  # the answer still goes out (below)
     finally:
         if ready and protocol.transport is not None and not protocol.transport.is_closing():
             # Answers due before the end (or the bad request) still go out. No await here
@@ -321,7 +338,12 @@ async def _send(protocol: FrameProtocol, parts: list[Part]) -> None:
             if small:
                 protocol.write(small[0] if len(small) == 1 else b"".join(small))
                 small = []
-            await _sendfile(protocol, part)
+            if protocol.session is not None and protocol.session.listener.tls:
+                # TLS encrypts in user space: sendfile(2) cannot apply, and asyncio's fallback
+                # swaps the transport's protocol, which a buffered SSL protocol does not survive.
+                protocol.write(part.read())
+            else:
+                await _sendfile(protocol, part)
         elif len(part) >= _JOIN_BYTES:
             if small:
                 protocol.write(small[0] if len(small) == 1 else b"".join(small))

@@ -517,6 +517,23 @@ class ListGroupsResponse:
 
 
 @dataclass(slots=True, kw_only=True)
+class SaslHandshakeRequest:
+    """SaslHandshake request, api key 17: fields of v1 (v0-v1 decode into it)."""
+
+    API_KEY: ClassVar[int] = 17
+    mechanism: str = ""
+
+
+@dataclass(slots=True, kw_only=True)
+class SaslHandshakeResponse:
+    """SaslHandshake response, api key 17: fields of v1 (encodes as v0-v1)."""
+
+    API_KEY: ClassVar[int] = 17
+    error_code: int = 0
+    mechanisms: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
 class ApiVersionsRequest:
     """ApiVersions request, api key 18: fields of v3 (v0-v3 decode into it)."""
 
@@ -1083,6 +1100,25 @@ class DescribeLogDirsResponse:
 
 
 @dataclass(slots=True, kw_only=True)
+class SaslAuthenticateRequest:
+    """SaslAuthenticate request, api key 36: fields of v2 (v0-v2 decode into it)."""
+
+    API_KEY: ClassVar[int] = 36
+    auth_bytes: bytes = b""
+
+
+@dataclass(slots=True, kw_only=True)
+class SaslAuthenticateResponse:
+    """SaslAuthenticate response, api key 36: fields of v2 (encodes as v0-v2)."""
+
+    API_KEY: ClassVar[int] = 36
+    error_code: int = 0
+    error_message: str | None = None
+    auth_bytes: bytes = b""
+    session_lifetime_ms: int = 0
+
+
+@dataclass(slots=True, kw_only=True)
 class CreatePartitionsAssignment:
     broker_ids: list[int] = field(default_factory=list)
 
@@ -1184,6 +1220,84 @@ class IncrementalAlterConfigsResponse:
 
 
 @dataclass(slots=True, kw_only=True)
+class DescribeUserScramCredentialsUserName:
+    name: str = ""
+
+
+@dataclass(slots=True, kw_only=True)
+class DescribeUserScramCredentialsRequest:
+    """DescribeUserScramCredentials request, api key 50: fields of v0 (v0-v0 decode into it)."""
+
+    API_KEY: ClassVar[int] = 50
+    users: list[DescribeUserScramCredentialsUserName] | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class DescribeUserScramCredentialsCredentialInfo:
+    mechanism: int = 0
+    iterations: int = 0
+
+
+@dataclass(slots=True, kw_only=True)
+class DescribeUserScramCredentialsResult:
+    user: str = ""
+    error_code: int = 0
+    error_message: str | None = None
+    credential_infos: list[DescribeUserScramCredentialsCredentialInfo] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class DescribeUserScramCredentialsResponse:
+    """DescribeUserScramCredentials response, api key 50: fields of v0 (encodes as v0-v0)."""
+
+    API_KEY: ClassVar[int] = 50
+    throttle_time_ms: int = 0
+    error_code: int = 0
+    error_message: str | None = None
+    results: list[DescribeUserScramCredentialsResult] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class AlterUserScramCredentialsScramCredentialDeletion:
+    name: str = ""
+    mechanism: int = 0
+
+
+@dataclass(slots=True, kw_only=True)
+class AlterUserScramCredentialsScramCredentialUpsertion:
+    name: str = ""
+    mechanism: int = 0
+    iterations: int = 0
+    salt: bytes = b""
+    salted_password: bytes = b""
+
+
+@dataclass(slots=True, kw_only=True)
+class AlterUserScramCredentialsRequest:
+    """AlterUserScramCredentials request, api key 51: fields of v0 (v0-v0 decode into it)."""
+
+    API_KEY: ClassVar[int] = 51
+    deletions: list[AlterUserScramCredentialsScramCredentialDeletion] = field(default_factory=list)
+    upsertions: list[AlterUserScramCredentialsScramCredentialUpsertion] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class AlterUserScramCredentialsResult:
+    user: str = ""
+    error_code: int = 0
+    error_message: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class AlterUserScramCredentialsResponse:
+    """AlterUserScramCredentials response, api key 51: fields of v0 (encodes as v0-v0)."""
+
+    API_KEY: ClassVar[int] = 51
+    throttle_time_ms: int = 0
+    results: list[AlterUserScramCredentialsResult] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
 class DescribeTransactionsRequest:
     """DescribeTransactions request, api key 65: fields of v0 (v0-v0 decode into it)."""
 
@@ -1261,6 +1375,7 @@ MESSAGES: dict[int, tuple[type, type]] = {
     14: (SyncGroupRequest, SyncGroupResponse),
     15: (DescribeGroupsRequest, DescribeGroupsResponse),
     16: (ListGroupsRequest, ListGroupsResponse),
+    17: (SaslHandshakeRequest, SaslHandshakeResponse),
     18: (ApiVersionsRequest, ApiVersionsResponse),
     19: (CreateTopicsRequest, CreateTopicsResponse),
     20: (DeleteTopicsRequest, DeleteTopicsResponse),
@@ -1276,9 +1391,12 @@ MESSAGES: dict[int, tuple[type, type]] = {
     32: (DescribeConfigsRequest, DescribeConfigsResponse),
     33: (AlterConfigsRequest, AlterConfigsResponse),
     35: (DescribeLogDirsRequest, DescribeLogDirsResponse),
+    36: (SaslAuthenticateRequest, SaslAuthenticateResponse),
     37: (CreatePartitionsRequest, CreatePartitionsResponse),
     42: (DeleteGroupsRequest, DeleteGroupsResponse),
     44: (IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
+    50: (DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse),
+    51: (AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse),
     65: (DescribeTransactionsRequest, DescribeTransactionsResponse),
     66: (ListTransactionsRequest, ListTransactionsResponse),
 }
@@ -1298,6 +1416,7 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     14: (0, 3),
     15: (0, 3),
     16: (0, 1),
+    17: (0, 1),
     18: (0, 3),
     19: (2, 4),
     20: (1, 3),
@@ -1313,9 +1432,12 @@ IMPLEMENTED: dict[int, tuple[int, int]] = {
     32: (1, 2),
     33: (0, 2),
     35: (1, 4),
+    36: (0, 2),
     37: (0, 1),
     42: (0, 1),
     44: (0, 1),
+    50: (0, 0),
+    51: (0, 0),
     65: (0, 0),
     66: (0, 1),
 }
