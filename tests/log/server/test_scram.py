@@ -178,9 +178,16 @@ def test_server_properties(tmp_path: Path) -> None:
         tmp_path / "server.pem", Path("/etc/ca.pem"), "requested", "s3cret")
     assert "s3cret" not in repr(tls)
     assert props.settings["sasl_mechanisms"] == ("SCRAM-SHA-512", "PLAIN")
-    assert props.settings["super_users"] == ("User:admin", "User:ops")
     assert props.settings["default_partitions"] == 3 and props.data_dir == tmp_path / "data"
-    assert props.unknown == ["zookeeper.connect"]
+    # without an authorizer super.users means nothing (as in Kafka): said as not used
+    assert "super_users" not in props.settings and "authorizer" not in props.settings
+    assert props.unknown == ["super.users", "zookeeper.connect"]
+    authorized = read_server_properties(
+        text + "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer\n"
+        "allow.everyone.if.no.acl.found=true\n", "server.properties", tmp_path)
+    assert authorized.settings["authorizer"] is True and authorized.settings["allow_everyone_if_no_acl_found"] is True
+    assert authorized.settings["super_users"] == frozenset({"User:admin", "User:ops"})
+    assert authorized.unknown == ["zookeeper.connect"]
     for bad, message in [
         ("ssl.keystore.type=JKS\n", "PEM files only"),
         ("listener.name.sasl_ssl.ssl.keystore.location=x\n", "per-listener settings"),
