@@ -1,5 +1,5 @@
 """``streamkit users``: the password prompt (the subprocess tests are in
-``tests/log/server/test_security.py``)."""
+``tests/log/server/test_broker_security.py``)."""
 
 from __future__ import annotations
 
