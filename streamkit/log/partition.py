@@ -443,6 +443,10 @@ class Partition:
             if not n:
                 return 0
             doomed = self._segments[:n]
+            if n == len(self._segments):
+                # Every segment expired, the active one too: a partition always has one, so a
+                # new, empty one starts at the log end first (Kafka rolls so, then deletes).
+                self._roll(self._segments[-1].next_offset)
             self._set_segments(self._segments[n:])
         for seg in doomed:
             seg.delete()

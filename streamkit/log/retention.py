@@ -24,10 +24,14 @@ class SegmentSummary:
 def plan_retention(
     segments: Sequence[SegmentSummary], config: TopicConfig, now_ms: int
 ) -> int:
-    """How many of the oldest segments to delete (the active, last one is never counted)."""
-    if not config.delete or len(segments) <= 1:
+    """How many of the oldest segments to delete: an expired prefix, or as many as bring the
+    partition within ``retention.bytes``, whichever is more. The active (last) segment counts
+    too when it holds records, as in Kafka (``UnifiedLog.deleteRetentionMsBreachedSegments``,
+    ``LocalLog.deletableSegments``): when every segment goes, the partition rolls a new, empty
+    one first, at the log end, so the log start moves up to it."""
+    if not config.delete or not segments:
         return 0
-    candidates = segments[:-1]
+    candidates = segments if segments[-1].size_bytes > 0 else segments[:-1]
     by_time = 0
     if config.retention_ms >= 0:
         for seg in candidates:

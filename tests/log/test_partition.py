@@ -146,8 +146,8 @@ def test_read_honours_max_offset(tmp_path: Path) -> None:
 
 def test_reads_outside_the_log_raise_offset_out_of_range(tmp_path: Path) -> None:
     part = open_partition(tmp_path, segment_bytes=150, retention_ms=1000)
-    for i in range(6):
-        part.append_records(records(2, ts=T0 + i))
+    for i in range(6):  # the last batch is new: retention below keeps it
+        part.append_records(records(2, ts=T0 + (10_000 if i == 5 else i)))
     assert part.read(12) == b""  # the high watermark itself is in range, and empty
     with pytest.raises(OffsetOutOfRangeError) as info:
         part.read(13)

@@ -32,7 +32,9 @@ def test_plan_by_time_takes_the_expired_prefix() -> None:
     segs = summaries((10, 0), (10, 50), (10, 10), (10, 500), (10, 0))
     assert plan_retention(segs, config, now_ms=150) == 1  # 150-50 is not > 100: stops there
     assert plan_retention(segs, config, now_ms=151) == 3
-    assert plan_retention(segs, config, now_ms=10_000) == 4  # never the active segment
+    assert plan_retention(segs, config, now_ms=10_000) == 5  # the active one too: it has records
+    # an empty active segment never goes (there is nothing in it to expire)
+    assert plan_retention(summaries((10, 0), (0, -1)), config, now_ms=10_000) == 1
 
 
 def test_plan_by_size_keeps_the_partition_within_retention_bytes() -> None:
@@ -42,7 +44,7 @@ def test_plan_by_size_keeps_the_partition_within_retention_bytes() -> None:
     # like Kafka, a segment goes only when what stays is still at least retention.bytes
     assert plan_retention(segs, replace(config, retention_bytes=24), 0) == 1
     assert plan_retention(segs, replace(config, retention_bytes=15), 0) == 2
-    assert plan_retention(segs, replace(config, retention_bytes=0), 0) == 3
+    assert plan_retention(segs, replace(config, retention_bytes=0), 0) == 4  # all, as Kafka
     assert plan_retention(segs, replace(config, retention_bytes=-1), 0) == 0
 
 
@@ -53,11 +55,12 @@ def test_plan_takes_the_larger_of_time_and_size() -> None:
     assert plan_retention(segs, replace(config, retention_bytes=5), now_ms=150) == 2
 
 
-def test_plan_never_deletes_for_compact_only_topics_or_a_single_segment() -> None:
+def test_plan_never_deletes_for_compact_only_topics_or_an_empty_active_segment() -> None:
     segs = summaries((10, 0), (10, 0))
     assert plan_retention(segs, TopicConfig(cleanup_policy="compact", retention_ms=0), 10**9) == 0
-    assert plan_retention(segs, TopicConfig(cleanup_policy="compact,delete", retention_ms=0), 10**9) == 1
-    assert plan_retention(summaries((10, 0)), TopicConfig(retention_ms=0, retention_bytes=0), 10**9) == 0
+    assert plan_retention(segs, TopicConfig(cleanup_policy="compact,delete", retention_ms=0), 10**9) == 2
+    assert plan_retention(summaries((10, 0)), TopicConfig(retention_ms=0, retention_bytes=0), 10**9) == 1
+    assert plan_retention(summaries((0, -1)), TopicConfig(retention_ms=0, retention_bytes=0), 10**9) == 0
     assert plan_retention([], TopicConfig(retention_ms=0), 10**9) == 0
 
 
@@ -76,7 +79,8 @@ def test_plan_properties(
     config = TopicConfig(retention_ms=retention_ms, retention_bytes=retention_bytes)
     summary = summaries(*segs)
     n = plan_retention(summary, config, now)
-    assert 0 <= n <= max(0, len(summary) - 1)  # never the active segment
+    # never an empty active segment (a partition keeps one: see Partition.apply_retention)
+    assert 0 <= n <= len(summary) - (1 if summary and summary[-1].size_bytes == 0 else 0)
     remaining = summary[n:]
     if n:
         # each deleted segment was either expired (as part of an expired prefix) or needed
@@ -122,11 +126,19 @@ def test_apply_retention_deletes_segment_files(tmp_path: Path) -> None:
         assert not list(tmp_path.glob(f"{base:020d}.*"))
     with pytest.raises(OffsetOutOfRangeError):
         part.read(bases[deleted] - 1)
-    # everything deleted but the active segment: appends go on at the same offsets
+    # everything expired, the active segment too: it goes, as in Kafka, after a new, empty one
+    # starts at the log end; appends go on at the same offsets
     hw = part.high_watermark
+    active = part.segments[-1]
     part.apply_retention(T0 + 10**9)
-    assert len(part.segments) == 1 and part.high_watermark == hw
+    assert [s.base_offset for s in part.segments] == [hw] and part.segments[-1] is not active
+    assert (part.log_start_offset, part.high_watermark) == (hw, hw)
+    assert not list(tmp_path.glob(f"{active.base_offset:020d}.*"))
     assert part.append_records([NewRecord(None, b"y", T0)]).base_offset == hw
+    part.close()
+    again = open_partition(tmp_path, retention_ms=1000)  # and so it opens again
+    assert (again.log_start_offset, again.high_watermark) == (hw, hw + 1)
+    again.close()
 
 
 def test_retention_through_the_manager(open_log: object, clock: ManualClock) -> None:
@@ -161,7 +173,7 @@ def test_retention_through_the_manager(open_log: object, clock: ManualClock) -> 
         max_size=40,
     )
 )
-def test_retention_never_deletes_the_active_segment(ops: list[tuple[object, ...]]) -> None:
+def test_retention_deletes_a_prefix_and_rolls_when_it_takes_every_segment(ops: list[tuple[object, ...]]) -> None:
     now = T0
     with tempfile.TemporaryDirectory() as tmp:
         part = open_partition(Path(tmp), segment_bytes=250)
@@ -182,8 +194,11 @@ def test_retention_never_deletes_the_active_segment(ops: list[tuple[object, ...]
                 start, hw, active = part.log_start_offset, part.high_watermark, part.segments[-1]
                 n = part.apply_retention(now)
                 after = [s.base_offset for s in part.segments]
-                assert after == before[n:]  # a prefix went
-                assert part.segments[-1] is active  # never the active segment
+                if n < len(before):
+                    assert after == before[n:]  # a prefix went
+                    assert part.segments[-1] is active
+                else:  # all went, the active one too: a new, empty one at the log end
+                    assert after == [hw] and part.segments[-1] is not active and part.segments[-1].is_empty
                 assert part.log_start_offset >= start  # only forward
                 assert part.high_watermark == hw
             # whatever is left reads back as the tail of what was appended
