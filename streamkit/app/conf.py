@@ -241,6 +241,9 @@ def _table() -> dict[str, Setting]:
              "where a new consumer group starts (also spelled auto_offset_reset)")
     honoured("broker_commit_interval", 1.0, _interval,
              "seconds between offset commits (also spelled commit_interval; Faust's default is 2.8)")
+    honoured("repartition_purge_interval", 30.0, _interval,
+             "seconds between deletions of the repartition topics' records the app has committed "
+             "past (Kafka Streams' repartition.purge.interval.ms, same default)")
     honoured("on_error", "dlq", _one_of(*ERROR_POLICIES),
              "streamkit's own: a failing record goes to the {id}-dlq topic, or stops the worker")
     honoured("max_agent_failures", 10, _positive,

@@ -173,7 +173,7 @@ def lower(app: App, pipeline: Pipeline, name: str) -> Plan:
         # Values keep the source's serializer unless an operator may have changed their type.
         value_serializer="json" if retypes(before) else source.topic.value_serde,
         partitions=source.topic.partitions,
-        internal=True,
+        repartition=True,
     )
     first = Stage(f"{name}-{group.name}", (source.topic,), before, group.fn, Sink(repartition))
     second = Stage(name, (repartition,), after, None, terminal)
@@ -238,7 +238,7 @@ def _lower_stream_join(app: App, pipeline: Pipeline, name: str, at: int) -> Plan
             continue
         hop = app.topic(
             f"{app.id}-{name}-{join.name}-{side}-repartition",
-            key_serializer=key_serde, value_serializer=value_serde, partitions=count, internal=True,
+            key_serializer=key_serde, value_serializer=value_serde, partitions=count, repartition=True,
         )
         stages.append(Stage(f"{name}-{join.name}-{side}", (src.topic,), tuple(ops), None, Sink(hop)))
         hops.append(Repartition(hop, like))
@@ -265,13 +265,13 @@ def _lower_stream_join(app: App, pipeline: Pipeline, name: str, at: int) -> Plan
         before, rest, key_by = after[:split], after[split + 1 :], group.fn
         hop = app.topic(
             repartition_topic_name(app.id, name, group.name), key_serializer=REPARTITION_KEY_SERDE,
-            value_serializer="json", partitions=count, internal=True,
+            value_serializer="json", partitions=count, repartition=True,
         )
     else:
         before, rest, key_by = (), after, None
         hop = app.topic(
             f"{app.id}-{name}-{join.name}-joined", key_serializer=REPARTITION_KEY_SERDE,
-            value_serializer="json", partitions=count, internal=True,
+            value_serializer="json", partitions=count, repartition=True,
         )
     hops.append(Repartition(hop, like))
     output = JoinOutput(state, joined["left"], joined["right"], tuple(before), key_by, Sink(hop))

@@ -145,7 +145,7 @@ class Topology:
                 key_serializer="json",
                 value_serializer=source.value_serde,
                 partitions=source.partitions,
-                internal=True,
+                repartition=True,
             )
             self._hop_topics[(agent.name, name)] = found
         return found

@@ -54,6 +54,7 @@ from streamkit.runtime.fetcher import Fetcher
 from streamkit.runtime.inbox import Inbox
 from streamkit.runtime.merge import MergePlan, Stamps, stamped_forwarder
 from streamkit.runtime.outputs import Forward, forwarder
+from streamkit.runtime.purge import Purger
 from streamkit.runtime.rebalance import Rebalancer, TablesFollowPartitions, TaskControl
 from streamkit.runtime.replies import ReplyConsumer
 from streamkit.runtime.sender import RuntimeSender
@@ -148,6 +149,10 @@ class Worker:
             TaskProducers(self.client, app.id, transaction_timeout_ms(app.commit_interval_ms)) if app.exactly_once else None
         )
         self.topology = Topology(app, self.client, self.state_manager)
+        self.purger = Purger(
+            self.client, lambda: {name for name, topic in app.topics.items() if topic.repartition},
+            app.conf.repartition_purge_interval,
+        )
         self.rebalancer = Rebalancer(
             app, self.task_assignment, self.committer, self.state_manager, self.task_producers, self.commit, self.fail
         )
@@ -448,6 +453,8 @@ class Worker:
         before = self.committer.commits
         positions = await self.committer.commit(only)
         self.stats.commits += self.committer.commits - before
+        if positions:
+            self.purger.after_commit(self.committer.committed)
         return positions
 
     def task_producer(self, partition: int) -> Producer | None:
@@ -564,6 +571,7 @@ class Worker:
             self.app.sender = None
             for aligner, _rank in self._aligners.values():
                 aligner.close()
+            await deadline.run("ending the repartition purge", self.purger.aclose())
             await deadline.run("closing the admin client", self.client.aclose())
             deadline.report()
 

@@ -120,6 +120,13 @@ def _type_check(type_: Any, serde: Serde) -> Callable[[Any], bool] | None:
     return round_trips
 
 
+# Kafka Streams' RepartitionTopicConfig: records stay until the app that wrote them has read
+# them (infinite time retention: re-keyed history keeps its old timestamps, which a time
+# retention would expire before they are read) and are then deleted by the worker (Kafka
+# Streams' purge, ``repartition_purge_interval``); 50 MB segments so a purge frees disk soon.
+REPARTITION_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1", "segment.bytes": "52428800"}
+
+
 class Topic:
     """A topic declared by an app.
 
@@ -149,6 +156,7 @@ class Topic:
         deleting: bool | None = None,
         config: Mapping[str, str] | None = None,
         internal: bool = False,
+        repartition: bool = False,
     ) -> None:
         if partitions is not None and partitions < 1:
             raise ConfigError(f"topic {name!r} needs at least one partition")
@@ -165,8 +173,11 @@ class Topic:
         # The engine's per-record paths check values with this (None: nothing declared).
         self.value_check: Callable[[Any], None] | None = None if self._value_ok is None else self._check_value
         self.partitions = partitions
-        self.internal = internal
-        cfg = dict(config or {})
+        # A repartition topic (an internal hop of the app's own stages): Kafka Streams'
+        # configs, and the worker deletes what the app has committed past (``runtime/purge.py``).
+        self.repartition = repartition
+        self.internal = internal or repartition
+        cfg = dict(REPARTITION_CONFIG if repartition else {}) | dict(config or {})
         retention_ms = to_ms(retention, "retention")
         if retention_ms is not None:
             cfg["retention.ms"] = str(retention_ms)

@@ -345,6 +345,11 @@ class LogClient(Protocol):
 
     async def partition_count(self, name: str) -> int | None: ...
 
+    async def delete_records(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Kafka's DeleteRecords: move each partition's log start offset up to its offset (the
+        worker's purge of its repartition topics). Raises ``TransportError``."""
+        ...
+
     def producer(self) -> Producer: ...
 
     def transactional_producer(self, transactional_id: str, *, timeout_ms: int = 60_000) -> TransactionalProducer:

@@ -234,6 +234,11 @@ class KafkaLogClient:
     async def partition_count(self, name: str) -> int | None:
         return await self._started().partition_count(name)
 
+    async def delete_records(self, offsets: Mapping[TopicPartition, int]) -> None:
+        tools = self._started()
+        for tp, offset in offsets.items():
+            await tools.delete_records(tp.topic, tp.partition, offset)
+
     def producer(self) -> KafkaProducer:
         return KafkaProducer(self.bootstrap_servers, settings=self.options)
 

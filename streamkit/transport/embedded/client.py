@@ -177,6 +177,18 @@ class EmbeddedLogClient:
         log = self.log
         return log.describe_topic(name).partitions if log.has_topic(name) else None
 
+    async def delete_records(self, offsets: Mapping[TopicPartition, int]) -> None:
+        log = self.log
+
+        def delete() -> None:  # the start offset is made durable: off the event loop
+            for tp, offset in offsets.items():
+                log.delete_records(tp.topic, tp.partition, offset)
+
+        try:
+            await asyncio.to_thread(delete)
+        except LogError as exc:
+            raise TransportError(f"cannot delete records: {exc}") from exc
+
     def producer(self) -> EmbeddedProducer:
         return EmbeddedProducer(self)
 
