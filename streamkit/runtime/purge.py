@@ -13,9 +13,13 @@ commit never waits for it, and a failed purge is tried again at the next interva
     >>> purged = []
     >>> class Log:
     ...     async def delete_records(self, offsets): purged.append(dict(offsets))
+    >>> now = [100.0]
     >>> async def main():
-    ...     purger = Purger(Log(), lambda: {"app-p-by-repartition"}, interval_s=30.0, clock=lambda: 100.0)
-    ...     purger.after_commit({TopicPartition("app-p-by-repartition", 0): 7, TopicPartition("input", 0): 9})
+    ...     purger = Purger(Log(), lambda: {"app-p-by-repartition"}, interval_s=30.0, clock=lambda: now[0])
+    ...     committed = {TopicPartition("app-p-by-repartition", 0): 7, TopicPartition("input", 0): 9}
+    ...     purger.after_commit(committed)  # too soon: the first purge comes an interval after the start
+    ...     now[0] += 30.0
+    ...     purger.after_commit(committed)
     ...     await purger.aclose()
     >>> import asyncio; asyncio.run(main()); purged
     [{TopicPartition(topic='app-p-by-repartition', partition=0): 7}]
@@ -52,7 +56,7 @@ class Purger:
         self._topics = topics  # the app's repartition topics (hops are declared as the topology is built)
         self._interval_s = interval_s
         self._clock = clock
-        self._last: float | None = None  # when the last purge began
+        self._last = clock()  # when the last purge began (the first comes an interval after the start)
         self._purged: dict[TopicPartition, int] = {}
         self._task: asyncio.Task[None] | None = None
         self.purges = 0  # purges that deleted something, for tests and /status
@@ -63,7 +67,7 @@ class Purger:
         if self._task is not None and not self._task.done():
             return
         now = self._clock()
-        if self._last is not None and now - self._last < self._interval_s:
+        if now - self._last < self._interval_s:
             return
         topics = self._topics()
         offsets = {
