@@ -68,6 +68,9 @@ from streamkit.log.server.server_properties import read_server_properties
               help="Allow an action on a resource that no ACL names (Kafka's allow.everyone.if.no.acl.found).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               default=None, help="A Kafka server.properties file (listeners, ssl.*, sasl.enabled.mechanisms, ...).")
+@click.option("--override", "overrides", multiple=True, metavar="NAME=VALUE",
+              help="A server.properties setting over --config's (Kafka's --override), e.g. "
+              "log.retention.ms=-1; repeatable.")
 @click.option("--listener", "listener_specs", multiple=True, metavar="NAME://HOST:PORT",
               help="A listener in Kafka's syntax, e.g. SASL_SSL://127.0.0.1:9093 (repeatable; replaces --host/--port).")
 @click.option("--advertised-listener", "advertised_specs", multiple=True, metavar="NAME://HOST:PORT",
@@ -100,6 +103,7 @@ def broker_command(
     super_users: tuple[str, ...],
     allow_everyone_if_no_acl_found: bool,
     config_file: Path | None,
+    overrides: tuple[str, ...],
     listener_specs: tuple[str, ...],
     advertised_specs: tuple[str, ...],
     ssl_keystore: Path | None,
@@ -116,11 +120,15 @@ def broker_command(
     ctx = click.get_current_context()
     try:
         settings: dict[str, Any] = {}
-        if config_file is not None:
-            props = read_server_properties(config_file.read_text(), str(config_file), config_file.parent)
+        if config_file is not None or overrides:
+            source = str(config_file) if config_file is not None else "--override"
+            props = read_server_properties(
+                config_file.read_text() if config_file is not None else "", source,
+                config_file.parent if config_file is not None else Path.cwd(), _overrides(overrides),
+            )
             settings.update(props.settings)
             for key in props.unknown:
-                logging.getLogger(__name__).warning("%s: %s is not used by streamkit broker", config_file, key)
+                logging.getLogger(__name__).warning("%s: %s is not used by streamkit broker", source, key)
             if props.data_dir is not None and _default(ctx, "data_dir"):
                 data_dir = props.data_dir
         # An option given on the command line beats the file.
@@ -156,6 +164,16 @@ def broker_command(
         raise click.ClickException(str(exc)) from exc
     except OSError as exc:
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+
+
+def _overrides(pairs: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"--override takes NAME=VALUE, not {pair!r}")
+        out[name.strip()] = value.strip()
+    return out
 
 
 def _default(ctx: click.Context, name: str) -> bool:

@@ -194,7 +194,7 @@ class LogManager:
         clock: Clock = SYSTEM_CLOCK,
         background: bool = True,
         upkeep_interval_ms: int = 200,
-        retention_check_interval_ms: int = 30_000,
+        retention_check_interval_ms: int = 300_000,  # Kafka's log.retention.check.interval.ms
         compaction_interval_ms: int = 15_000,
         read_only: bool = False,
         warn: Callable[[str], None] | None = None,

@@ -52,7 +52,11 @@ class BrokerProcess:
         cmd = [
             str(STREAMKIT), "broker",
             "--data-dir", str(self.data_dir), "--host", "127.0.0.1", "--port", str(port),
-            "--log-level", "info", *self.args,
+            "--log-level", "info",
+            # Tests stamp records in 2023 (T0): a time retention would delete such partitions
+            # whole at a retention check, under whichever test runs then (as on Kafka, whose
+            # fixture has the same default). Retention is tested with topic settings.
+            "--override", "log.retention.ms=-1", *self.args,
         ]
         stderr = open(self.stderr_path, "a")  # noqa: SIM115 - the child keeps it
         stderr.write(f"----- start {self.starts} -----\n")

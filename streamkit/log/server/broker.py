@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 from collections.abc import Callable
@@ -87,6 +88,15 @@ class Broker:
         self._background: list[asyncio.Task[None]] = []
         self._closed = False
 
+    def _defaults(self) -> TopicConfig | None:
+        """The topic configs a topic that sets none has: the broker's ``log.*`` defaults over
+        the given ones (kept as defaults, not as the topics' own settings)."""
+        if not self.config.topic_defaults:
+            return self._topic_defaults
+        base = self._topic_defaults or TopicConfig()
+        merged = TopicConfig.from_kafka(dict(self.config.topic_defaults), base)
+        return dataclasses.replace(merged, overrides=base.overrides)
+
     @property
     def port(self) -> int:
         if self._state is None:
@@ -140,8 +150,9 @@ class Broker:
         await asyncio.to_thread(credentials.load)  # before the log: a damaged file stops here
         log = LogManager(
             self.data_dir,
-            defaults=self._topic_defaults,
+            defaults=self._defaults(),
             default_partitions=self.config.default_partitions,
+            retention_check_interval_ms=self.config.retention_check_interval_ms,
         )
         await asyncio.to_thread(log.open)
         self._log = log

@@ -63,6 +63,10 @@ class BrokerConfig:
     # this long of connecting, or it is closed (``session.py``): a slow or silent client cannot
     # hold a connection slot.
     authentication_timeout_ms: int = AUTH_TIMEOUT_MS
+    # Kafka's broker defaults of topic configs, by topic config name (``log.retention.ms`` gives
+    # ``("retention.ms", ...)``; ``server_properties.py``): what a topic that sets none has.
+    topic_defaults: tuple[tuple[str, str], ...] = ()
+    retention_check_interval_ms: int = 300_000  # Kafka's log.retention.check.interval.ms
 
     def __post_init__(self) -> None:
         check_mechanisms(self.sasl_mechanisms)
@@ -74,6 +78,8 @@ class BrokerConfig:
             raise ConfigError("the maximum frame size must be at least 1024 bytes")
         if self.max_in_flight < 1 or self.max_connections < 1:
             raise ConfigError("in-flight and connection limits must be at least 1")
+        if self.retention_check_interval_ms < 1:
+            raise ConfigError("the retention check interval must be at least 1 ms")
         if self.request_timeout_ms < 1 or self.connections_max_idle_ms < 1 or self.authentication_timeout_ms < 1:
             raise ConfigError("the request, idle and authentication timeouts must be at least 1 ms")
         for principal in self.super_users:

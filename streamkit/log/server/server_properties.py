@@ -9,7 +9,10 @@ Kafka's names, read with ``_core/properties.py`` (Java's rules). Understood:
 * ``sasl.enabled.mechanisms`` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), ``super.users``
   (``User:a;User:b``, kept for the authorizer);
 * ``num.partitions``, ``auto.create.topics.enable``, ``connections.max.idle.ms``,
-  ``request.timeout.ms``, ``log.dirs`` (one directory: the data directory).
+  ``request.timeout.ms``, ``log.dirs`` (one directory: the data directory);
+* the topic configs' broker defaults (``log.retention.ms``/``.minutes``/``.hours``,
+  ``log.retention.bytes``, ``log.segment.bytes``, ``log.roll.ms``/``.hours``,
+  ``log.cleanup.policy``, ``message.max.bytes``, ...) and ``log.retention.check.interval.ms``.
 
 Per-listener overrides (``listener.name.X.*``) are refused with one line: one TLS setting
 serves every TLS listener here, so such a key would be silently ignored otherwise. Other
@@ -18,12 +21,15 @@ Kafka settings are reported as not used (``unknown``), as Kafka's ``logUnused`` 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from streamkit._core.errors import ConfigError
 from streamkit._core.properties import parse_properties
+from streamkit.log.config import TopicConfig
+from streamkit.log.errors import LogError
 from streamkit.log.server.listeners import TlsSettings, parse_listeners, parse_protocol_map
 
 _TLS_KEYS = {
@@ -32,7 +38,30 @@ _TLS_KEYS = {
     "ssl.key.location": "key",
     "ssl.truststore.location": "truststore",
 }
+# Kafka's broker settings that are the default of a topic config: every topic that does not set
+# its own takes them (``LogManager.defaults``). The coarse ones count when the finer is unset,
+# as in Kafka (``log.retention.ms`` over ``.minutes`` over ``.hours``).
+_TOPIC_DEFAULTS = {
+    "log.cleanup.policy": "cleanup.policy",
+    "log.retention.ms": "retention.ms",
+    "log.retention.bytes": "retention.bytes",
+    "log.segment.bytes": "segment.bytes",
+    "log.roll.ms": "segment.ms",
+    "log.index.interval.bytes": "index.interval.bytes",
+    "log.flush.interval.messages": "flush.messages",
+    "log.flush.interval.ms": "flush.ms",
+    "log.cleaner.delete.retention.ms": "delete.retention.ms",
+    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
+    "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
+    "message.max.bytes": "max.message.bytes",
+}
+_COARSE_DEFAULTS = {  # name -> (topic config, ms per unit), coarsest first
+    "log.retention.hours": ("retention.ms", 3_600_000),
+    "log.retention.minutes": ("retention.ms", 60_000),
+    "log.roll.hours": ("segment.ms", 3_600_000),
+}
 _KNOWN = {
+    *_TOPIC_DEFAULTS, *_COARSE_DEFAULTS, "log.retention.check.interval.ms",
     "listeners", "advertised.listeners", "listener.security.protocol.map", "ssl.keystore.type",
     "ssl.truststore.type", "ssl.key.password", "ssl.client.auth", "sasl.enabled.mechanisms",
     "super.users", "num.partitions", "auto.create.topics.enable", "connections.max.idle.ms",
@@ -61,9 +90,12 @@ def _bool(props: dict[str, str], key: str) -> bool:
     return value == "true"
 
 
-def read_server_properties(text: str, source: str, base_dir: Path) -> ServerProperties:
-    """Settings from a ``server.properties`` text; relative paths are taken from ``base_dir``."""
-    props = parse_properties(text, source)
+def read_server_properties(
+    text: str, source: str, base_dir: Path, overrides: Mapping[str, str] | None = None
+) -> ServerProperties:
+    """Settings from a ``server.properties`` text with ``overrides`` over it (Kafka's
+    ``kafka-server-start.sh --override``); relative paths are taken from ``base_dir``."""
+    props = {**parse_properties(text, source), **(overrides or {})}
     out = ServerProperties()
     per_listener = sorted(k for k in props if k.startswith("listener.name."))
     if per_listener:
@@ -108,6 +140,19 @@ def read_server_properties(text: str, source: str, base_dir: Path) -> ServerProp
         out.settings["connections_max_idle_ms"] = _int(props, "connections.max.idle.ms")
     if "request.timeout.ms" in props:
         out.settings["request_timeout_ms"] = _int(props, "request.timeout.ms")
+    topic_defaults: dict[str, str] = {}
+    for key, (name, unit_ms) in _COARSE_DEFAULTS.items():
+        if key in props:
+            topic_defaults[name] = str(_int(props, key) * unit_ms)
+    topic_defaults.update((name, props[key].strip()) for key, name in _TOPIC_DEFAULTS.items() if key in props)
+    if topic_defaults:
+        try:
+            TopicConfig.from_kafka(topic_defaults)
+        except (ConfigError, LogError) as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+        out.settings["topic_defaults"] = tuple(sorted(topic_defaults.items()))
+    if "log.retention.check.interval.ms" in props:
+        out.settings["retention_check_interval_ms"] = _int(props, "log.retention.check.interval.ms")
     if "log.dirs" in props:
         dirs = [d.strip() for d in props["log.dirs"].split(",") if d.strip()]
         if len(dirs) != 1:
