@@ -239,8 +239,9 @@ def test_verify_accepts_compacted_retained_and_transactional_logs(run, data_dir:
     config = {"segment.bytes": "400", "cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0"}
     with LogManager(data_dir, background=False) as log:
         log.create_topic("compacted", 1, config)
-        log.create_topic("retained", 1, {"segment.bytes": "300", "retention.bytes": "600"})
-        log.create_topic("txn", 1)
+        # retention.ms=-1: the records are stamped in 1970, which a time retention expires whole
+        log.create_topic("retained", 1, {"segment.bytes": "300", "retention.bytes": "600", "retention.ms": "-1"})
+        log.create_topic("txn", 1, {"retention.ms": "-1"})
         for i in range(60):
             log.partition("compacted", 0).append_records([NewRecord(b"k%d" % (i % 3), b"v%d" % i, 1000 + i)])
             log.partition("retained", 0).append_records([NewRecord(None, b"x" * 30, 1000 + i)])
