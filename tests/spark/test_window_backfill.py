@@ -211,9 +211,9 @@ def test_a_backfill_over_the_kafka_protocol(
     sys.modules.pop("window_app", None)
     module = importlib.import_module("window_app")
     topic = module.visits.name
-    # Moved to now, a whole number of minutes on: Kafka deletes records older than retention.ms
-    # (7 days) even from a partition's only segment, and 2023's would be gone at its next
-    # retention check. streamkit broker never deletes the active segment: see docs/kafka.md.
+    # Moved to now, a whole number of minutes on: a broker deletes records older than
+    # retention.ms (7 days) even from a partition's only segment, and 2023's would be gone at
+    # its next retention check (docs/kafka.md, retention).
     shift = (int(time.time() * 1000) - BASE) // 60_000 * 60_000
     visits = [(user, page, ts + shift) for user, page, ts in _visits()[:60]]
 
