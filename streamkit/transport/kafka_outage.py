@@ -32,6 +32,8 @@ import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Any
 
 import aiokafka
 from aiokafka.errors import (
@@ -133,7 +135,8 @@ def _about_reaching(record: logging.LogRecord) -> bool:
     args = record.args if isinstance(record.args, tuple) else ()
     if any(isinstance(arg, _UNREACHABLE_ERRORS) for arg in args):
         return True
-    return record.exc_info is not None and _caused_by_unreachable(record.exc_info[1])
+    exc_info = _exc_info(record)
+    return exc_info is not None and _caused_by_unreachable(exc_info[1])
 
 
 def _caused_by_unreachable(exc: BaseException | None) -> bool:
@@ -162,10 +165,17 @@ class ClientFaults(logging.Filter):
         return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
 
 
+def _exc_info(record: logging.LogRecord) -> tuple[Any, BaseException | None, TracebackType | None] | None:
+    """The exception a record reports, if any: ``exc_info`` may also be False (asyncio's
+    handler passes ``exc_info=False`` for a context without an exception)."""
+    return record.exc_info if isinstance(record.exc_info, tuple) else None
+
+
 def _raised_in_aiokafka(record: logging.LogRecord) -> bool:
     """Whether the callback or task asyncio ran, whose exception ``record`` reports, is
     aiokafka's: the traceback's first frame outside asyncio is in aiokafka's package."""
-    tb = record.exc_info[2] if record.exc_info is not None else None
+    exc_info = _exc_info(record)
+    tb = exc_info[2] if exc_info is not None else None
     while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_ASYNCIO_DIR):
         tb = tb.tb_next
     return tb is not None and tb.tb_frame.f_code.co_filename.startswith(_AIOKAFKA_DIR)

@@ -116,3 +116,11 @@ def test_the_filter_is_on_every_aiokafka_logger() -> None:
                  "aiokafka.producer.sender"):
         assert any(isinstance(f, ClientNoise) for f in logging.getLogger(name).filters), name
     assert any(isinstance(f, ClientFaults) for f in logging.getLogger("asyncio").filters)
+
+
+def test_records_whose_exc_info_is_false_pass_the_filters_unchanged() -> None:
+    """asyncio's handler logs a context without an exception with ``exc_info=False`` (e.g. a
+    task destroyed while pending): the filters must let it through as it is, not fail on it."""
+    for flt, name in ((ClientFaults(), "asyncio"), (ClientNoise(), "aiokafka.conn")):
+        record = logging.LogRecord(name, logging.ERROR, __file__, 1, "Task was destroyed but it is pending!", (), False)
+        assert flt.filter(record) and record.levelno == logging.ERROR
