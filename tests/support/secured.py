@@ -36,14 +36,23 @@ def _openssl(*args: str) -> None:
         raise RuntimeError(f"openssl {args[0]} failed: {done.stderr.strip()}")
 
 
+# A leaf certificate's extensions as a strict verifier (Python 3.13's default) wants them.
+_LEAF_EXTENSIONS = (
+    "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+    "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid,issuer\n"
+)
+
+
 def make_tls(directory: Path) -> Tls:
     directory.mkdir(parents=True, exist_ok=True)
     d = directory
     for name in ("ca", "other-ca"):
+        # The extensions Python 3.13's default context checks (VERIFY_X509_STRICT) on a CA.
         _openssl("req", "-x509", *_CURVE, "-keyout", str(d / f"{name}.key"), "-out", str(d / f"{name}.pem"),
-                 "-days", "3", "-subj", f"/CN=streamkit test {name}")
+                 "-days", "3", "-subj", f"/CN=streamkit test {name}",
+                 "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
     _openssl("req", *_CURVE, "-keyout", str(d / "server.key"), "-out", str(d / "server.csr"), "-subj", "/CN=localhost")
-    (d / "server.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    (d / "server.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n" + _LEAF_EXTENSIONS + "extendedKeyUsage=serverAuth\n")
     _openssl("x509", "-req", "-in", str(d / "server.csr"), "-CA", str(d / "ca.pem"), "-CAkey", str(d / "ca.key"),
              "-CAcreateserial", "-out", str(d / "server.crt"), "-days", "3", "-extfile", str(d / "server.ext"))
     server = d / "server.pem"
@@ -56,8 +65,10 @@ def make_client_cert(tls: Tls, name: str, subject: str) -> tuple[Path, Path]:
     d = tls.ca.parent
     key, csr, cert = d / f"{name}.key", d / f"{name}.csr", d / f"{name}.crt"
     _openssl("req", *_CURVE, "-keyout", str(key), "-out", str(csr), "-subj", subject)
+    ext = d / f"{name}.ext"
+    ext.write_text(_LEAF_EXTENSIONS + "extendedKeyUsage=clientAuth\n")
     _openssl("x509", "-req", "-in", str(csr), "-CA", str(tls.ca), "-CAkey", str(d / "ca.key"),
-             "-CAcreateserial", "-out", str(cert), "-days", "3")
+             "-CAcreateserial", "-out", str(cert), "-days", "3", "-extfile", str(ext))
     return cert, key
 
 
