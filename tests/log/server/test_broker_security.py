@@ -367,7 +367,12 @@ def test_an_unauthenticated_listener_beyond_loopback_is_refused(args: tuple[str,
 
 def test_allow_insecure_serves_beyond_loopback(tmp_path: Path) -> None:
     broker = BrokerProcess(tmp_path / "data", "--listener", "PLAINTEXT://0.0.0.0:0", "--allow-insecure").start()
-    assert_stops_cleanly(broker)
+    try:
+        # Bound on every address: a client reaches it through loopback and gets its metadata.
+        metadata = AdminClient({"bootstrap.servers": f"127.0.0.1:{broker.listeners['PLAINTEXT']}"}).list_topics(timeout=10)
+        assert len(metadata.brokers) == 1
+    finally:
+        assert_stops_cleanly(broker)
 
 
 def test_a_damaged_credential_file_stops_the_broker_with_one_line(tmp_path: Path) -> None:
