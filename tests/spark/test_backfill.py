@@ -216,8 +216,9 @@ def test_the_backfill_command_over_the_wire_before_any_worker_ran(
     and 2 then failed with aiokafka's ``AssertionError: Unrecognized partition``): each is
     created with the app's partition count and written at once. A worker started afterwards
     serves the stream's answer from them. Both logs are shared: the app is named by the test
-    (``BF_ID``)."""
-    backfill_over_the_wire(bootstrap, bootstrap, tmp_path, monkeypatch, unique)
+    (``BF_ID``). The helper checks the changelogs, offsets and a worker's answers."""
+    done = backfill_over_the_wire(bootstrap, bootstrap, tmp_path, monkeypatch, unique)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
 
 
 def backfill_over_the_wire(
